@@ -1,0 +1,325 @@
+r"""The log-sum-exp energy and its general children/parents graph.
+
+This module implements §1 and Appendix A of Tschantz (2025), *Attention via
+log-sum-exp energy*. A set of nodes :math:`v_a \in \mathbb{R}^d` is related by
+energy terms :math:`E_m`, each with its own children :math:`C_m`, parents
+:math:`P_m` (the two may overlap) and similarity function
+:math:`\mathrm{sim}_m`:
+
+.. math::
+
+    E_m = -\sum_{c \in C_m} \ln \sum_{p \in P_m} \exp \mathrm{sim}_m(v_c, v_p)
+    \qquad \text{(eq. 2)}, \qquad
+    E = \sum_m E_m \qquad \text{(eq. 3)}.
+
+Its gradient is a softmax-weighted sum of sim-gradients (eq. 4). Every model
+module in the package builds on :func:`energy` and :func:`weights`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Callable, NamedTuple, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+Array = jax.Array
+
+__all__ = [
+    "energy",
+    "weights",
+    "logsumexp",
+    "EnergyTerm",
+    "sim_matrix",
+    "graph_energy",
+    "graph_gradient",
+    "graph_gradient_terms",
+    "GradientTerms",
+]
+
+
+def _is_concrete(x) -> bool:
+    """True when ``x`` holds actual values (not a tracer inside jit/grad)."""
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _validate(sim, mask, allow_empty: bool):
+    """Check ``sim``/``mask`` at the public boundary and return them as arrays."""
+    sim = jnp.asarray(sim)
+    if sim.ndim < 2:
+        raise ValueError(
+            f"sim must have shape (..., C, P) with at least 2 dimensions; got shape {sim.shape}"
+        )
+    if not jnp.issubdtype(sim.dtype, jnp.floating):
+        raise ValueError(f"sim must have a floating dtype; got {sim.dtype}")
+    if sim.shape[-1] == 0:
+        raise ValueError(f"sim must have at least one parent (P >= 1); got shape {sim.shape}")
+    if _is_concrete(sim) and not bool(np.all(np.isfinite(np.asarray(sim)))):
+        raise ValueError(
+            "sim must be finite; use `mask` (not -inf) to forbid an edge"
+        )
+    if mask is None:
+        return sim, None
+    mask = jnp.asarray(mask)
+    if mask.dtype != jnp.bool_:
+        raise ValueError(f"mask must be boolean (True marks an allowed edge); got dtype {mask.dtype}")
+    try:
+        mask = jnp.broadcast_to(mask, sim.shape)
+    except ValueError as err:
+        raise ValueError(
+            f"mask of shape {mask.shape} does not broadcast to sim of shape {sim.shape}"
+        ) from err
+    if not allow_empty and _is_concrete(mask):
+        empty = ~np.any(np.asarray(mask), axis=-1)
+        if np.any(empty):
+            first = tuple(int(i) for i in np.argwhere(empty)[0])
+            raise ValueError(
+                f"mask: child {first} (index into sim.shape[:-1]) has no allowed parent, "
+                "so its log-sum-exp is ln 0 = -inf; pass allow_empty=True to drop such children"
+            )
+    return sim, mask
+
+
+def _lse(sim: Array, mask: Array | None) -> Array:
+    """Stable masked log-sum-exp over the last axis; empty rows give 0."""
+    if mask is None:
+        m = jax.lax.stop_gradient(jnp.max(sim, axis=-1, keepdims=True))
+        return jnp.log(jnp.sum(jnp.exp(sim - m), axis=-1)) + m[..., 0]
+    has = jnp.any(mask, axis=-1)
+    m = jnp.max(jnp.where(mask, sim, -jnp.inf), axis=-1, keepdims=True)
+    m = jax.lax.stop_gradient(jnp.where(has[..., None], m, 0.0))
+    # Double `where`: masked entries never reach exp, so no NaN leaks into gradients.
+    z = jnp.where(mask, sim - m, 0.0)
+    total = jnp.sum(jnp.where(mask, jnp.exp(z), 0.0), axis=-1)
+    total = jnp.where(has, total, 1.0)
+    return jnp.where(has, jnp.log(total) + m[..., 0], 0.0)
+
+
+def logsumexp(sim, mask=None, *, allow_empty: bool = False) -> Array:
+    r"""Per-child log-partition :math:`\ln \sum_p \exp \mathrm{sim}[c, p]`.
+
+    Args:
+      sim: ``(..., C, P)`` similarities of child ``c`` to parent ``p``.
+      mask: optional boolean, broadcastable to ``sim``; ``True`` marks an
+        allowed edge.
+      allow_empty: if ``True``, a child with no allowed parent contributes 0
+        instead of raising.
+
+    Returns:
+      ``(..., C)`` array.
+    """
+    sim, mask = _validate(sim, mask, allow_empty)
+    return _lse(sim, mask)
+
+
+def energy(sim, mask=None, *, allow_empty: bool = False) -> Array:
+    r"""The log-sum-exp energy, eq. (2): :math:`-\sum_c \ln \sum_p \exp \mathrm{sim}[c, p]`.
+
+    All leading batch axes are summed too, so the result is a scalar. The
+    computation subtracts the per-child maximum before exponentiating, so it
+    is stable in float32 for similarities of magnitude up to ``1e4`` and
+    beyond.
+
+    Args:
+      sim: ``(..., C, P)`` similarities, floating point and finite.
+      mask: optional boolean ``(..., C, P)`` (broadcastable); ``True`` marks
+        an allowed edge ``c <- p``.
+      allow_empty: a child whose mask row has no allowed parent has
+        :math:`\ln 0 = -\infty` and makes the energy infinite, so by default
+        it raises ``ValueError``. With ``allow_empty=True`` such a child is
+        dropped from the sum (it contributes 0).
+
+    Returns:
+      Scalar energy.
+
+    Raises:
+      ValueError: bad shape or dtype, non-finite ``sim``, non-boolean or
+        non-broadcastable ``mask``, or a child with no allowed parent. Checks
+        on values are made only when the inputs are concrete (not traced).
+    """
+    sim, mask = _validate(sim, mask, allow_empty)
+    return -jnp.sum(_lse(sim, mask))
+
+
+def weights(sim, mask=None, *, allow_empty: bool = False) -> Array:
+    r"""Softmax over parents: the posterior over edges :math:`p(c \leftarrow p)`.
+
+    .. math:: w[c, p] = \frac{\exp \mathrm{sim}[c, p]}{\sum_{p'} \exp \mathrm{sim}[c, p']}
+
+    This is the factor that multiplies every sim-gradient in eq. (4), and
+    :math:`-\partial E / \partial\, \mathrm{sim} = w`.
+
+    Args:
+      sim: ``(..., C, P)``.
+      mask: optional boolean; disallowed edges get weight exactly 0.
+      allow_empty: rows with no allowed parent get all-zero weights instead
+        of raising.
+
+    Returns:
+      ``(..., C, P)`` array whose rows sum to 1 (or 0 for dropped children).
+    """
+    sim, mask = _validate(sim, mask, allow_empty)
+    if mask is None:
+        m = jax.lax.stop_gradient(jnp.max(sim, axis=-1, keepdims=True))
+        e = jnp.exp(sim - m)
+        return e / jnp.sum(e, axis=-1, keepdims=True)
+    has = jnp.any(mask, axis=-1, keepdims=True)
+    m = jnp.max(jnp.where(mask, sim, -jnp.inf), axis=-1, keepdims=True)
+    m = jax.lax.stop_gradient(jnp.where(has, m, 0.0))
+    e = jnp.where(mask, jnp.exp(jnp.where(mask, sim - m, 0.0)), 0.0)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return e / jnp.where(has, total, 1.0)
+
+
+# ---------------------------------------------------------------------------
+# The general multi-term graph (eqs. 1-4)
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergyTerm:
+    r"""One energy term :math:`E_m` of the global energy (eq. 2).
+
+    Attributes:
+      children: ``(C_m,)`` integer indices of the child nodes.
+      parents: ``(P_m,)`` integer indices of the parent nodes; may overlap
+        with ``children`` (as in self-attention).
+      sim: pairwise similarity ``sim(v_c, v_p) -> scalar`` for ``v: (d,)``
+        (eq. 1). It may close over parameters such as :math:`W^Q, W^K`.
+      mask: optional boolean ``(C_m, P_m)``; ``True`` marks an allowed edge.
+      allow_empty: drop children with no allowed parent instead of raising.
+      name: label used in error messages and plots.
+    """
+
+    children: Sequence[int]
+    parents: Sequence[int]
+    sim: Callable[[Array, Array], Array]
+    mask: Array | None = None
+    allow_empty: bool = False
+    name: str = ""
+
+    def __post_init__(self):
+        for field in ("children", "parents"):
+            idx = np.asarray(getattr(self, field))
+            if idx.ndim != 1 or idx.size == 0:
+                raise ValueError(f"{field} must be a non-empty 1-D index array; got shape {idx.shape}")
+            if not np.issubdtype(idx.dtype, np.integer):
+                raise ValueError(f"{field} must hold integer node indices; got dtype {idx.dtype}")
+            if np.any(idx < 0):
+                raise ValueError(f"{field} must hold non-negative node indices")
+            object.__setattr__(self, field, idx)
+        if not callable(self.sim):
+            raise ValueError("sim must be a callable sim(v_c, v_p) -> scalar")
+        if self.mask is not None:
+            mask = np.asarray(self.mask)
+            shape = (self.children.size, self.parents.size)
+            if mask.shape != shape or mask.dtype != np.bool_:
+                raise ValueError(
+                    f"mask must be boolean of shape (C_m, P_m) = {shape}; got {mask.dtype}{mask.shape}"
+                )
+            if not self.allow_empty and not np.all(mask.any(axis=1)):
+                raise ValueError(
+                    f"mask of term {self.name!r}: child row {int(np.argmin(mask.any(axis=1)))} "
+                    "has no allowed parent; pass allow_empty=True to drop it"
+                )
+            object.__setattr__(self, "mask", mask)
+
+
+def _pairwise(sim: Callable) -> Callable[[Array, Array], Array]:
+    """Lift ``sim(v_c, v_p)`` to ``(C, d), (P, d) -> (C, P)``."""
+    return jax.vmap(jax.vmap(sim, in_axes=(None, 0)), in_axes=(0, None))
+
+
+def _check_nodes(nodes, terms):
+    nodes = jnp.asarray(nodes)
+    if nodes.ndim != 2:
+        raise ValueError(f"nodes must have shape (A, d); got {nodes.shape}")
+    if not jnp.issubdtype(nodes.dtype, jnp.floating):
+        raise ValueError(f"nodes must have a floating dtype; got {nodes.dtype}")
+    for term in terms:
+        if not isinstance(term, EnergyTerm):
+            raise ValueError(f"terms must be EnergyTerm instances; got {type(term).__name__}")
+        top = max(term.children.max(), term.parents.max())
+        if top >= nodes.shape[0]:
+            raise ValueError(
+                f"term {term.name!r} refers to node {top} but nodes has only {nodes.shape[0]} rows"
+            )
+    return nodes
+
+
+def sim_matrix(term: EnergyTerm, nodes) -> Array:
+    r"""The ``(C_m, P_m)`` matrix :math:`\mathrm{sim}_m(v_c, v_p)` of one term."""
+    nodes = _check_nodes(nodes, [term])
+    return _pairwise(term.sim)(nodes[term.children], nodes[term.parents])
+
+
+def graph_energy(terms: Sequence[EnergyTerm], nodes) -> Array:
+    r"""Global energy :math:`E = \sum_m E_m` (eq. 3) for ``nodes: (A, d)``."""
+    nodes = _check_nodes(nodes, terms)
+    total = jnp.zeros((), nodes.dtype)
+    for term in terms:
+        s = _pairwise(term.sim)(nodes[term.children], nodes[term.parents])
+        total = total + energy(s, term.mask, allow_empty=term.allow_empty)
+    return total
+
+
+class GradientTerms(NamedTuple):
+    r"""The two parts of :math:`-\partial E / \partial v_a` in eq. (4).
+
+    Attributes:
+      child: ``(A, d)``, :math:`\sum_{m \in M_c(a)} \sum_p w^m_{ap}\, \partial_{v_a} \mathrm{sim}_m(v_a, v_p)`,
+        node ``a`` being explained by its parents.
+      parent: ``(A, d)``, :math:`\sum_{m \in M_p(a)} \sum_c w^m_{ca}\, \partial_{v_a} \mathrm{sim}_m(v_c, v_a)`,
+        node ``a`` explaining its children.
+    """
+
+    child: Array
+    parent: Array
+
+
+def graph_gradient_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
+    r"""Assemble eq. (4): the child and parent parts of :math:`-\partial E/\partial v_a`.
+
+    For each term the softmax weights :math:`w = \mathrm{softmax}_p\,\mathrm{sim}`
+    are formed, and the weighted sim-partials
+    :math:`\sum_p w_{cp}\,\partial_{v_c}\mathrm{sim}(v_c, v_p)` and
+    :math:`\sum_c w_{cp}\,\partial_{v_p}\mathrm{sim}(v_c, v_p)` are obtained in
+    one reverse pass of the *pairwise similarity* (``jax.vjp`` with cotangent
+    ``w``), never by differentiating the total energy. Child and parent
+    occurrences are kept as separate arguments, so a node that is both (as in
+    self-attention) receives both parts.
+
+    Args:
+      terms: the energy terms.
+      nodes: ``(A, d)``.
+
+    Returns:
+      :class:`GradientTerms` with ``child`` and ``parent``, each ``(A, d)``.
+    """
+    nodes = _check_nodes(nodes, terms)
+    child = jnp.zeros_like(nodes)
+    parent = jnp.zeros_like(nodes)
+    for term in terms:
+        vc, vp = nodes[term.children], nodes[term.parents]
+        s, pullback = jax.vjp(_pairwise(term.sim), vc, vp)
+        w = weights(s, term.mask, allow_empty=term.allow_empty)
+        dc, dp = pullback(w)
+        child = child.at[term.children].add(dc)
+        parent = parent.at[term.parents].add(dp)
+    return GradientTerms(child=child, parent=parent)
+
+
+def graph_gradient(terms: Sequence[EnergyTerm], nodes) -> Array:
+    r""":math:`\partial E / \partial v` for every node, assembled by eq. (4).
+
+    Equals ``jax.grad(graph_energy, argnums=1)(terms, nodes)``; it is computed
+    from the softmax weights and sim-partials only (see
+    :func:`graph_gradient_terms`).
+
+    Returns:
+      ``(A, d)`` gradient of the global energy (eq. 3).
+    """
+    parts = graph_gradient_terms(terms, nodes)
+    return -(parts.child + parts.parent)

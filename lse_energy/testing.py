@@ -1,0 +1,139 @@
+r"""Gradient checking shared by the tests and every chapter of the book.
+
+:func:`check_gradient` compares an analytic gradient with ``jax.grad`` and with
+central finite differences, both in float64, and returns the two errors.
+:func:`assert_gradient` does the same and raises when either error exceeds its
+tolerance.
+
+Errors are *normwise relative*: :math:`\max_i |a_i - b_i| / \max_i |b_i|`,
+which does not blow up at entries that happen to be near zero.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
+
+__all__ = ["GradientCheck", "check_gradient", "assert_gradient", "relative_error"]
+
+
+class GradientCheck(NamedTuple):
+    """Errors of an analytic gradient.
+
+    Attributes:
+      autodiff_error: normwise relative error against ``jax.grad(f)``.
+      fd_error: normwise relative error against central finite differences
+        (over all coordinates, or ``n_coords`` random ones).
+    """
+
+    autodiff_error: float
+    fd_error: float
+
+
+def relative_error(a, b) -> float:
+    r"""Normwise relative error :math:`\|a - b\|_\infty / \|b\|_\infty` (pytrees allowed)."""
+    fa, _ = ravel_pytree(a)
+    fb, _ = ravel_pytree(b)
+    fa, fb = np.asarray(fa, np.float64), np.asarray(fb, np.float64)
+    if fa.shape != fb.shape:
+        raise ValueError(f"shapes differ: {fa.shape} vs {fb.shape}")
+    scale = np.max(np.abs(fb)) if fb.size else 0.0
+    diff = np.max(np.abs(fa - fb)) if fa.size else 0.0
+    if scale == 0.0:
+        return float(diff)
+    return float(diff / scale)
+
+
+def check_gradient(
+    f: Callable[[Any], jax.Array],
+    grad_fn: Callable[[Any], Any],
+    x: Any,
+    *,
+    eps: float = 1e-5,
+    n_coords: int | None = 64,
+    seed: int = 0,
+) -> GradientCheck:
+    r"""Compare ``grad_fn(x)`` with ``jax.grad(f)(x)`` and with finite differences.
+
+    Args:
+      f: scalar function of ``x`` (an array or a pytree of arrays).
+      grad_fn: the analytic gradient; returns the same structure as ``x``.
+      x: the point, in float64 (enable ``jax_enable_x64`` first).
+      eps: relative step :math:`h_i = \epsilon \max(1, |x_i|)` of the central
+        difference :math:`(f(x + h_i e_i) - f(x - h_i e_i)) / 2h_i`.
+      n_coords: check this many randomly chosen coordinates when ``x`` has
+        more; ``None`` checks all.
+      seed: chooses the coordinates.
+
+    Returns:
+      :class:`GradientCheck` with both normwise relative errors.
+
+    Raises:
+      ValueError: if ``x`` is not float64, or ``grad_fn`` returns the wrong
+        shape.
+    """
+    flat, unravel = ravel_pytree(x)
+    if flat.dtype != jnp.float64:
+        raise ValueError(
+            f"check_gradient needs float64 inputs, got {flat.dtype}; call "
+            "jax.config.update('jax_enable_x64', True) before creating arrays"
+        )
+    analytic, _ = ravel_pytree(grad_fn(x))
+    if analytic.shape != flat.shape:
+        raise ValueError(
+            f"grad_fn returned {analytic.size} values but x has {flat.size}"
+        )
+    auto, _ = ravel_pytree(jax.grad(f)(x))
+    analytic = np.asarray(analytic, np.float64)
+
+    n = flat.size
+    if n_coords is None or n <= n_coords:
+        idx = np.arange(n)
+    else:
+        idx = np.sort(np.random.default_rng(seed).choice(n, size=n_coords, replace=False))
+    f_flat = jax.jit(lambda v: f(unravel(v)))
+    base = np.asarray(flat, np.float64)
+    fd = np.empty(idx.size)
+    for j, i in enumerate(idx):
+        h = eps * max(1.0, abs(base[i]))
+        up, down = base.copy(), base.copy()
+        up[i] += h
+        down[i] -= h
+        fd[j] = (float(f_flat(jnp.asarray(up))) - float(f_flat(jnp.asarray(down)))) / (2 * h)
+    return GradientCheck(
+        autodiff_error=relative_error(analytic, auto),
+        fd_error=relative_error(analytic[idx], fd),
+    )
+
+
+def assert_gradient(
+    f: Callable[[Any], jax.Array],
+    grad_fn: Callable[[Any], Any],
+    x: Any,
+    *,
+    rtol: float = 1e-10,
+    fd_rtol: float = 1e-6,
+    **kwargs,
+) -> GradientCheck:
+    """Run :func:`check_gradient` and raise ``AssertionError`` past tolerance.
+
+    ``rtol`` bounds the error against ``jax.grad``; ``fd_rtol`` the error
+    against finite differences (whose own truncation and round-off errors
+    are of order ``eps**2`` and ``1e-16 |f| / eps``).
+    """
+    result = check_gradient(f, grad_fn, x, **kwargs)
+    if not result.autodiff_error <= rtol:
+        raise AssertionError(
+            f"analytic gradient differs from jax.grad: relative error "
+            f"{result.autodiff_error:.3e} > {rtol:.1e}"
+        )
+    if not result.fd_error <= fd_rtol:
+        raise AssertionError(
+            f"analytic gradient differs from finite differences: relative error "
+            f"{result.fd_error:.3e} > {fd_rtol:.1e}"
+        )
+    return result
