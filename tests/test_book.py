@@ -1,0 +1,53 @@
+"""Structural checks of the book: every chapter registered, executed and asserting."""
+
+import json
+import pathlib
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "book").glob("*.ipynb"))
+
+
+def _toc_files():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    files = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                files.append(entry["file"])
+            walk(entry.get("sections", []))
+            for part in entry.get("parts", []):
+                walk(part.get("chapters", []))
+
+    walk(toc.get("chapters", []))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    return files
+
+
+def test_toc_entries_exist():
+    for entry in _toc_files():
+        matches = list(ROOT.glob(entry + ".*"))
+        assert matches, f"_toc.yml lists {entry}, which does not exist"
+
+
+def test_every_notebook_in_toc():
+    listed = set(_toc_files())
+    for nb in NOTEBOOKS:
+        assert f"book/{nb.stem}" in listed, f"{nb.name} is not in _toc.yml"
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_executed_and_asserting(path):
+    nb = json.loads(path.read_text())
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    assert code, "a chapter without code"
+    assert all(c.get("execution_count") for c in code if "".join(c["source"]).strip()), (
+        "every code cell must be executed before committing (nbval compares stored outputs)"
+    )
+    outputs = [o for c in code for o in c.get("outputs", [])]
+    assert not [o for o in outputs if o["output_type"] == "error"], "stored error output"
+    assert any("assert " in "".join(c["source"]) for c in code), "every claim must be asserted"

@@ -1,0 +1,301 @@
+"""Tests of the log-sum-exp energy and the general children/parents graph."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from lse_energy import core
+from lse_energy.testing import assert_gradient
+
+SEEDS = [0, 1, 2]
+
+
+def np_energy(sim, mask=None):
+    """Reference: -sum_c log sum_p exp(sim) in float64 NumPy, dropping empty rows."""
+    sim = np.asarray(sim, np.float64)
+    if mask is None:
+        mask = np.ones(sim.shape, bool)
+    m = np.max(np.where(mask, sim, -np.inf), axis=-1, keepdims=True)
+    has = np.isfinite(m)
+    m = np.where(has, m, 0.0)
+    s = np.sum(np.where(mask, np.exp(sim - m), 0.0), axis=-1)
+    lse = np.where(has[..., 0], np.log(np.where(has[..., 0], s, 1.0)) + m[..., 0], 0.0)
+    return -lse.sum()
+
+
+# --- energy and weights -----------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("shape", [(1, 1), (4, 3), (2, 5, 7), (2, 3, 4, 6)])
+def test_energy_matches_numpy(seed, shape):
+    sim = np.random.default_rng(seed).normal(scale=3.0, size=shape)
+    np.testing.assert_allclose(core.energy(sim), np_energy(sim), rtol=1e-13)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_masked_energy_matches_numpy(seed):
+    rng = np.random.default_rng(seed)
+    sim = rng.normal(size=(3, 6, 5))
+    mask = rng.random((3, 6, 5)) < 0.5
+    mask[..., 0] = True  # every child keeps a parent
+    np.testing.assert_allclose(core.energy(sim, mask), np_energy(sim, mask), rtol=1e-13)
+
+
+def test_single_parent_is_minus_sim():
+    sim = jnp.array([[2.0], [-3.5]])
+    assert float(core.energy(sim)) == pytest.approx(1.5, rel=1e-15)
+
+
+def test_uniform_sims_give_log_p():
+    # Equal sims: every child contributes -(s + ln P).
+    sim = jnp.full((5, 8), 0.25)
+    np.testing.assert_allclose(core.energy(sim), -5 * (0.25 + np.log(8)), rtol=1e-14)
+
+
+@pytest.mark.parametrize("scale", [1e2, 1e3, 1e4])
+def test_float32_stable_at_large_sims(scale):
+    rng = np.random.default_rng(0)
+    sim64 = rng.uniform(-scale, scale, size=(6, 9))
+    sim32 = jnp.asarray(sim64, jnp.float32)
+    e32 = core.energy(sim32)
+    g32 = jax.grad(core.energy)(sim32)
+    w32 = core.weights(sim32)
+    assert e32.dtype == jnp.float32
+    assert np.isfinite(float(e32))
+    assert np.all(np.isfinite(np.asarray(g32))) and np.all(np.isfinite(np.asarray(w32)))
+    # float32 holds |sim| ~ scale to a relative 6e-8; the sum over 6 children
+    # and the rounding of the input to float32 give at most a few ulps of scale.
+    ref = np_energy(np.asarray(sim32, np.float64))
+    assert abs(float(e32) - ref) <= 8 * np.finfo(np.float32).eps * 6 * scale
+    np.testing.assert_allclose(np.asarray(w32).sum(-1), 1.0, rtol=1e-6)
+
+
+def test_float32_ties_at_large_sims():
+    # Two parents tied at +1e4 and one far below: weights exactly 1/2, 1/2, 0.
+    sim = jnp.array([[1e4, 1e4, -1e4]], jnp.float32)
+    w = core.weights(sim)
+    np.testing.assert_array_equal(np.asarray(w), [[0.5, 0.5, 0.0]])
+    np.testing.assert_allclose(core.energy(sim), -(1e4 + np.log(2.0)), rtol=1e-7)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_weights_are_minus_energy_gradient(seed):
+    rng = np.random.default_rng(seed)
+    sim = jnp.asarray(rng.normal(size=(2, 4, 5)))
+    mask = jnp.asarray(rng.random((2, 4, 5)) < 0.6).at[..., 2].set(True)
+    w = core.weights(sim, mask)
+    g = jax.grad(core.energy)(sim, mask)
+    np.testing.assert_allclose(-g, w, rtol=1e-12, atol=1e-15)
+    np.testing.assert_allclose(w.sum(-1), 1.0, rtol=1e-13)
+    assert np.all(np.asarray(w)[~np.asarray(mask)] == 0.0)
+    ref = jax.nn.softmax(jnp.where(mask, sim, -jnp.inf), axis=-1)
+    np.testing.assert_allclose(w, ref, rtol=1e-13, atol=1e-16)
+
+
+def test_logsumexp_per_child():
+    sim = np.random.default_rng(3).normal(size=(4, 3, 5))
+    np.testing.assert_allclose(
+        core.logsumexp(sim), np.log(np.exp(sim).sum(-1)), rtol=1e-13
+    )
+
+
+def test_energy_under_jit_and_vmap():
+    sim = np.random.default_rng(4).normal(size=(3, 4, 5))
+    per_batch = jax.vmap(core.energy)(jnp.asarray(sim))
+    np.testing.assert_allclose(per_batch.sum(), core.energy(sim), rtol=1e-13)
+    np.testing.assert_allclose(jax.jit(core.energy)(sim), core.energy(sim), rtol=1e-15)
+
+
+# --- empty rows and input validation ---------------------------------------
+
+
+def test_child_without_parent_raises():
+    sim = jnp.zeros((3, 4))
+    mask = np.ones((3, 4), bool)
+    mask[1] = False
+    with pytest.raises(ValueError, match="child .*1.* no allowed parent"):
+        core.energy(sim, mask)
+    with pytest.raises(ValueError, match="no allowed parent"):
+        core.weights(sim, mask)
+
+
+def test_child_without_parent_dropped_on_request():
+    rng = np.random.default_rng(5)
+    sim = jnp.asarray(rng.normal(size=(3, 4)))
+    mask = np.ones((3, 4), bool)
+    mask[1] = False
+    e = core.energy(sim, mask, allow_empty=True)
+    np.testing.assert_allclose(e, core.energy(sim[jnp.array([0, 2])]), rtol=1e-14)
+    g = jax.grad(core.energy)(sim, mask, allow_empty=True)
+    assert np.all(np.isfinite(np.asarray(g)))
+    np.testing.assert_array_equal(np.asarray(g)[1], 0.0)
+    np.testing.assert_array_equal(np.asarray(core.weights(sim, mask, allow_empty=True))[1], 0.0)
+
+
+@pytest.mark.parametrize(
+    "sim, mask, message",
+    [
+        (np.zeros(4), None, "shape"),
+        (np.zeros((2, 3), np.int32), None, "floating"),
+        (np.zeros((2, 0)), None, "at least one parent"),
+        (np.array([[0.0, np.nan]]), None, "finite"),
+        (np.array([[0.0, np.inf]]), None, "finite"),
+        (np.zeros((2, 3)), np.ones((2, 3), np.int32), "boolean"),
+        (np.zeros((2, 3)), np.ones((2, 4), bool), "broadcast"),
+    ],
+)
+def test_validation(sim, mask, message):
+    with pytest.raises(ValueError, match=message):
+        core.energy(sim, mask)
+
+
+# --- the multi-term graph (eqs. 2-4) ----------------------------------------
+
+
+def random_graph(seed, A=9, d=3):
+    """Three terms with overlapping children/parents, nonlinear sims and a mask."""
+    rng = np.random.default_rng(seed)
+    W = jnp.asarray(rng.normal(size=(d, d)))
+    U = jnp.asarray(rng.normal(size=(d, d)))
+    c_self = rng.choice(A, size=5, replace=False)
+    terms = [
+        # self-attention-like: the same nodes are children and parents
+        core.EnergyTerm(c_self, c_self, lambda a, b: a @ W @ b, name="self"),
+        # Gaussian-like, children and parents partly overlapping
+        core.EnergyTerm(
+            np.arange(0, 6), np.arange(3, A), lambda a, b: -0.5 * jnp.sum((a - b) ** 2), name="gauss"
+        ),
+        # nonlinear, masked, one node appearing twice among the children
+        core.EnergyTerm(
+            np.array([1, 4, 4, 8]),
+            np.array([0, 2, 5]),
+            lambda a, b: jnp.tanh(a @ U @ b) + jnp.sin(a).sum() * b[0],
+            mask=np.array([[1, 0, 1], [0, 1, 0], [1, 1, 1], [0, 0, 1]], bool),
+            name="masked",
+        ),
+    ]
+    nodes = jnp.asarray(rng.normal(size=(A, d)))
+    return terms, nodes
+
+
+@pytest.mark.parametrize("seed", SEEDS + [3, 4])
+def test_graph_gradient_equals_autodiff(seed):
+    terms, nodes = random_graph(seed)
+    assert_gradient(
+        lambda v: core.graph_energy(terms, v),
+        lambda v: core.graph_gradient(terms, v),
+        nodes,
+        rtol=1e-10,
+        fd_rtol=1e-6,
+    )
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_graph_energy_is_sum_of_terms(seed):
+    terms, nodes = random_graph(seed)
+    total = sum(
+        float(core.energy(core.sim_matrix(t, nodes), t.mask)) for t in terms
+    )
+    np.testing.assert_allclose(core.graph_energy(terms, nodes), total, rtol=1e-14)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_gradient_terms_match_eq4_written_out(seed):
+    """Child and parent parts of eq. (4), written out node by node with jax.grad of sim."""
+    terms, nodes = random_graph(seed)
+    parts = core.graph_gradient_terms(terms, nodes)
+    child = np.zeros(nodes.shape)
+    parent = np.zeros(nodes.shape)
+    for t in terms:
+        S = core.sim_matrix(t, nodes)
+        w = np.asarray(core.weights(S, t.mask))
+        d_child = jax.grad(t.sim, argnums=0)
+        d_parent = jax.grad(t.sim, argnums=1)
+        for ci, c in enumerate(t.children):
+            for pi, p in enumerate(t.parents):
+                if w[ci, pi] == 0.0:
+                    continue
+                child[c] += w[ci, pi] * np.asarray(d_child(nodes[c], nodes[p]))
+                parent[p] += w[ci, pi] * np.asarray(d_parent(nodes[c], nodes[p]))
+    np.testing.assert_allclose(parts.child, child, rtol=1e-11, atol=1e-13)
+    np.testing.assert_allclose(parts.parent, parent, rtol=1e-11, atol=1e-13)
+
+
+def test_pure_children_have_no_parent_term():
+    terms, nodes = random_graph(0)
+    parts = core.graph_gradient_terms(terms[1:2], nodes)  # gauss: children 0..5, parents 3..8
+    np.testing.assert_array_equal(np.asarray(parts.parent)[:3], 0.0)
+    np.testing.assert_array_equal(np.asarray(parts.child)[6:], 0.0)
+
+
+def test_graph_validation():
+    sim = lambda a, b: a @ b  # noqa: E731
+    with pytest.raises(ValueError, match="children"):
+        core.EnergyTerm([], [0], sim)
+    with pytest.raises(ValueError, match="integer"):
+        core.EnergyTerm([0.5], [0], sim)
+    with pytest.raises(ValueError, match="mask"):
+        core.EnergyTerm([0, 1], [0], sim, mask=np.ones((1, 1), bool))
+    with pytest.raises(ValueError, match="no allowed parent"):
+        core.EnergyTerm([0, 1], [0, 1], sim, mask=np.array([[True, False], [False, False]]))
+    with pytest.raises(ValueError, match="refers to node 5"):
+        core.graph_energy([core.EnergyTerm([0], [5], sim)], jnp.zeros((3, 2)))
+    with pytest.raises(ValueError, match=r"shape \(A, d\)"):
+        core.graph_energy([core.EnergyTerm([0], [1], sim)], jnp.zeros(3))
+
+
+# --- property tests ---------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    C=st.integers(1, 6),
+    P=st.integers(1, 6),
+    scale=st.sampled_from([1e-3, 1.0, 30.0, 1e4]),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_energy_property_float64(C, P, scale, seed):
+    sim = np.random.default_rng(seed).uniform(-scale, scale, size=(C, P))
+    e = float(core.energy(sim))
+    ref = np_energy(sim)
+    assert abs(e - ref) <= 1e-12 * max(1.0, abs(ref), C * scale)
+    # Bounds: max_p sim <= lse <= max_p sim + ln P, per child.
+    mx = sim.max(-1).sum()
+    assert -mx - C * np.log(P) - 1e-9 * max(1, abs(mx)) <= e <= -mx + 1e-9 * max(1, abs(mx))
+
+
+# --- the gradient checker itself -------------------------------------------
+
+
+def test_checker_accepts_correct_and_rejects_wrong_gradients():
+    x = jnp.asarray(np.random.default_rng(0).normal(size=(4, 3)))
+    f = lambda v: core.energy(v)  # noqa: E731
+    good = lambda v: -core.weights(v)  # noqa: E731
+    res = assert_gradient(f, good, x)
+    assert res.autodiff_error < 1e-12 and res.fd_error < 1e-6
+    wrong = lambda v: -1.001 * core.weights(v)  # noqa: E731
+    with pytest.raises(AssertionError, match="jax.grad"):
+        assert_gradient(f, wrong, x)
+
+
+def test_checker_needs_float64():
+    from lse_energy.testing import check_gradient
+
+    x = jnp.ones((2, 2), jnp.float32)
+    with pytest.raises(ValueError, match="float64"):
+        check_gradient(core.energy, lambda v: -core.weights(v), x)
+
+
+def test_checker_handles_pytrees_and_subsets():
+    from lse_energy.testing import check_gradient
+
+    rng = np.random.default_rng(1)
+    params = {"a": jnp.asarray(rng.normal(size=(30, 4))), "b": jnp.asarray(rng.normal(size=4))}
+    f = lambda p: core.energy(p["a"] * p["b"])  # noqa: E731
+    g = jax.grad(f)
+    res = check_gradient(f, g, params, n_coords=20)
+    assert res.autodiff_error == 0.0 and res.fd_error < 1e-6
