@@ -1,0 +1,663 @@
+r"""Predictive coding as descent on the log-sum-exp energy.
+
+This module is organised in parts, one per predictive-coding model, each with
+its own name prefix so that later parts can be added beside it:
+
+* **Shared**: :class:`MLPParams`, :func:`init_mlp` and :func:`mlp`, a
+  one-hidden-layer tanh network :math:`f_\phi` written in plain JAX.
+* **Mixture part** (prefix ``mixture_``): §8 and Appendix B of Tschantz
+  (2025), *Attention via log-sum-exp energy*. Data points :math:`x_i \in
+  \mathbb{R}^d` are the children, latent causes :math:`\mu_k \in \mathbb{R}^m`
+  the parents, and the similarity compares a datum with the *prediction*
+  :math:`f_\phi(\mu_k)`:
+
+  .. math::
+
+      \mathrm{sim}(x_i, \mu_k) = -\tfrac12 \|x_i - f_\phi(\mu_k)\|^2, \qquad
+      E^{\mathrm{PC}} = -\sum_{i=1}^N \ln \sum_{k=1}^K
+          \exp\!\big(-\tfrac12 \|x_i - f_\phi(\mu_k)\|^2\big)
+      \qquad \text{(eq. 18)}.
+
+  Functions: :func:`mixture_sim`, :func:`mixture_energy`,
+  :func:`mixture_responsibilities`, the gradients :func:`mixture_grad_x`,
+  :func:`mixture_grad_mu`, :func:`mixture_grad_params`, the step-size bound
+  :func:`mixture_mu_lipschitz`, and the drivers :func:`mixture_infer`
+  (inference of :math:`\mu` by gradient descent) and :func:`mixture_fit`
+  (EM-like alternation of inference and optax steps on :math:`\phi`).
+  :func:`mixture_sample` draws data from a "teacher" network.
+
+* (Reserved for later parts: hierarchical predictive-coding networks and
+  attention-normalised predictive coding.)
+
+**Correction to the seed.** §8 and Appendix B print
+:math:`\partial\,\mathrm{sim}/\partial x_i = x_i - f_\phi(\mu_k)` and
+:math:`-\partial E/\partial x_i = \sum_k \alpha_{ik}(x_i - f_\phi(\mu_k))`.
+Both have the wrong sign: with :math:`\mathrm{sim} = -\frac12\|x_i -
+f_\phi(\mu_k)\|^2` one has :math:`\partial\,\mathrm{sim}/\partial x_i =
+-(x_i - f_\phi(\mu_k))`, hence :math:`\partial E/\partial x_i = +\sum_k
+\alpha_{ik}(x_i - f_\phi(\mu_k))`. The :math:`\mu_k` gradient is printed with
+the Jacobian :math:`\partial f_\phi/\partial \mu_k` where its *transpose* is
+meant (the two differ whenever the Jacobian is not symmetric, and the
+untransposed product has the wrong shape when :math:`m \ne d`); it is the
+vector-Jacobian product computed here with ``jax.vjp``. The code implements
+the correct expressions.
+
+All gradient functions return :math:`\partial E/\partial(\cdot)` (the
+gradient, not its negative), like :func:`lse_energy.core.graph_gradient`.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import core
+
+Array = jax.Array
+
+__all__ = [
+    # shared
+    "MLPParams",
+    "init_mlp",
+    "mlp",
+    # mixture part (§8)
+    "mixture_sim",
+    "mixture_energy",
+    "mixture_responsibilities",
+    "mixture_grad_x",
+    "mixture_grad_mu",
+    "mixture_grad_params",
+    "mixture_mu_lipschitz",
+    "MixtureInference",
+    "mixture_infer",
+    "MixtureFit",
+    "mixture_fit",
+    "MixtureData",
+    "mixture_sample",
+]
+
+# Largest value of |tanh''(z)| = |−2 tanh(z)(1 − tanh(z)^2)|, attained at tanh(z) = 1/√3.
+_TANH2_MAX = 4.0 / (3.0 * np.sqrt(3.0))
+
+
+def _is_concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+# ---------------------------------------------------------------------------
+# Shared: the generative network f_phi
+# ---------------------------------------------------------------------------
+
+
+class MLPParams(NamedTuple):
+    r"""A one-hidden-layer tanh network :math:`f_\phi : \mathbb{R}^m \to \mathbb{R}^d`.
+
+    .. math:: f_\phi(\mu) = W_2 \tanh(W_1 \mu + b_1) + b_2, \qquad
+              \phi = (W_1, b_1, W_2, b_2).
+
+    Attributes:
+      W1: ``(H, m)`` input-to-hidden weights.
+      b1: ``(H,)`` hidden biases.
+      W2: ``(d, H)`` hidden-to-output weights.
+      b2: ``(d,)`` output biases.
+
+    Because :math:`|\tanh| < 1`, the range of :math:`f_\phi` is bounded:
+    :math:`\|f_\phi(\mu) - b_2\| \le \|W_2\|_2 \sqrt{H}` for every
+    :math:`\mu`.
+    """
+
+    W1: Array
+    b1: Array
+    W2: Array
+    b2: Array
+
+
+def init_mlp(
+    latent_dim: int,
+    hidden_dim: int,
+    out_dim: int,
+    *,
+    key: Array,
+    input_scale: float = 1.0,
+    output_scale: float = 1.0,
+    bias_scale: float = 0.0,
+) -> MLPParams:
+    r"""Random :class:`MLPParams` with LeCun-normal weights.
+
+    :math:`W_1 \sim \mathcal{N}(0, s_{\mathrm{in}}^2/m)`,
+    :math:`W_2 \sim \mathcal{N}(0, s_{\mathrm{out}}^2/H)`,
+    :math:`b_1 \sim \mathcal{N}(0, s_b^2)`,
+    :math:`b_2 \sim \mathcal{N}(0, s_b^2 s_{\mathrm{out}}^2)`, in the default
+    floating dtype (float64 when ``jax_enable_x64`` is on).
+
+    Args:
+      latent_dim: ``m >= 1``.
+      hidden_dim: ``H >= 1``.
+      out_dim: ``d >= 1``.
+      key: PRNG key (keyword-only).
+      input_scale, output_scale: ``> 0``, the scales :math:`s_{\mathrm{in}}, s_{\mathrm{out}}`.
+      bias_scale: ``>= 0``, the scale :math:`s_b` of the biases.
+
+    Returns:
+      :class:`MLPParams`.
+    """
+    for name, v in (("latent_dim", latent_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)):
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+            raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
+    for name, v in (("input_scale", input_scale), ("output_scale", output_scale)):
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be finite and > 0; got {v!r}")
+    if not (np.isfinite(bias_scale) and bias_scale >= 0):
+        raise ValueError(f"bias_scale must be finite and >= 0; got {bias_scale!r}")
+    k1, k2, k3, k4 = jax.random.split(key, 4)
+    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    W1 = input_scale / np.sqrt(latent_dim) * jax.random.normal(k1, (hidden_dim, latent_dim), dtype)
+    W2 = output_scale / np.sqrt(hidden_dim) * jax.random.normal(k2, (out_dim, hidden_dim), dtype)
+    b1 = bias_scale * jax.random.normal(k3, (hidden_dim,), dtype)
+    b2 = bias_scale * output_scale * jax.random.normal(k4, (out_dim,), dtype)
+    return MLPParams(W1=W1, b1=b1, W2=W2, b2=b2)
+
+
+def mlp(params: MLPParams, mu) -> Array:
+    r""":math:`f_\phi(\mu) = W_2 \tanh(W_1 \mu + b_1) + b_2`, row-wise.
+
+    Args:
+      params: :class:`MLPParams`.
+      mu: ``(..., m)``.
+
+    Returns:
+      ``(..., d)``.
+    """
+    h = jnp.tanh(mu @ params.W1.T + params.b1)
+    return h @ params.W2.T + params.b2
+
+
+def _check_params(params) -> MLPParams:
+    if not isinstance(params, MLPParams):
+        raise ValueError(f"params must be MLPParams; got {type(params).__name__}")
+    W1, b1, W2, b2 = (jnp.asarray(a) for a in params)
+    if W1.ndim != 2 or W2.ndim != 2 or b1.ndim != 1 or b2.ndim != 1:
+        raise ValueError(
+            "params must hold W1 (H, m), b1 (H,), W2 (d, H), b2 (d,); got shapes "
+            f"{W1.shape}, {b1.shape}, {W2.shape}, {b2.shape}"
+        )
+    H = W1.shape[0]
+    if b1.shape != (H,) or W2.shape[1] != H or b2.shape != (W2.shape[0],):
+        raise ValueError(
+            "params shapes are inconsistent: need W1 (H, m), b1 (H,), W2 (d, H), b2 (d,); got "
+            f"{W1.shape}, {b1.shape}, {W2.shape}, {b2.shape}"
+        )
+    for name, a in zip(MLPParams._fields, (W1, b1, W2, b2)):
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            raise ValueError(f"params.{name} must be floating point; got {a.dtype}")
+        if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
+            raise ValueError(f"params.{name} must be finite")
+    return MLPParams(W1, b1, W2, b2)
+
+
+def _check_matrix(name: str, a, cols: int, what: str) -> Array:
+    a = jnp.asarray(a)
+    if a.ndim != 2 or a.shape[0] < 1:
+        raise ValueError(f"{name} must have shape (n, {what}) with n >= 1; got {a.shape}")
+    if a.shape[1] != cols:
+        raise ValueError(f"{name} must have {cols} columns ({what}); got shape {a.shape}")
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        raise ValueError(f"{name} must be floating point; got {a.dtype}")
+    if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def _check_mixture(params, x, mu):
+    params = _check_params(params)
+    m, d = params.W1.shape[1], params.W2.shape[0]
+    x = _check_matrix("x", x, d, "d = params.W2.shape[0]")
+    mu = _check_matrix("mu", mu, m, "m = params.W1.shape[1]")
+    return params, x, mu
+
+
+# ---------------------------------------------------------------------------
+# Mixture part (§8 and Appendix B): one layer of latent causes, K parents
+# ---------------------------------------------------------------------------
+
+
+def _errors(params, x, mu):
+    """Prediction errors e[i, k] = x_i - f(mu_k), shape (N, K, d), and f(mu), (K, d)."""
+    pred = mlp(params, mu)
+    return x[:, None, :] - pred[None, :, :], pred
+
+
+def mixture_sim(params: MLPParams, x, mu) -> Array:
+    r"""Similarity matrix :math:`\mathrm{sim}(x_i, \mu_k) = -\frac12\|x_i - f_\phi(\mu_k)\|^2` (§8).
+
+    Args:
+      params: :class:`MLPParams` of :math:`f_\phi`.
+      x: ``(N, d)`` data (children).
+      mu: ``(K, m)`` latent causes (parents).
+
+    Returns:
+      ``(N, K)``.
+    """
+    params, x, mu = _check_mixture(params, x, mu)
+    e, _ = _errors(params, x, mu)
+    return -0.5 * jnp.sum(e * e, axis=-1)
+
+
+def mixture_energy(params: MLPParams, x, mu) -> Array:
+    r"""Predictive-coding mixture energy, eq. (18):
+
+    .. math:: E^{\mathrm{PC}} = -\sum_{i=1}^N \ln \sum_{k=1}^K
+              \exp\!\big(-\tfrac12\|x_i - f_\phi(\mu_k)\|^2\big).
+
+    Built on :func:`lse_energy.core.energy`. It is bounded below by
+    :math:`-N \ln K` (each similarity is :math:`\le 0`).
+
+    Args:
+      params: :class:`MLPParams`.
+      x: ``(N, d)``.
+      mu: ``(K, m)``.
+
+    Returns:
+      Scalar.
+    """
+    return core.energy(mixture_sim(params, x, mu))
+
+
+def mixture_responsibilities(params: MLPParams, x, mu) -> Array:
+    r"""Posterior over edges :math:`\alpha_{ik} = \mathrm{softmax}_k\,\mathrm{sim}(x_i, \mu_k)` (§8).
+
+    Returns:
+      ``(N, K)``, rows summing to 1.
+    """
+    return core.weights(mixture_sim(params, x, mu))
+
+
+def _weighted_errors(params, x, mu):
+    """alpha (N, K), errors (N, K, d), predictions (K, d)."""
+    e, pred = _errors(params, x, mu)
+    alpha = core.weights(-0.5 * jnp.sum(e * e, axis=-1))
+    return alpha, e, pred
+
+
+def mixture_grad_x(params: MLPParams, x, mu) -> Array:
+    r""":math:`\partial E^{\mathrm{PC}}/\partial x_i`, the data gradient of eq. (18).
+
+    .. math:: \frac{\partial E^{\mathrm{PC}}}{\partial x_i}
+              = \sum_{k=1}^K \alpha_{ik}\,\big(x_i - f_\phi(\mu_k)\big),
+
+    since :math:`\partial\,\mathrm{sim}/\partial x_i = -(x_i - f_\phi(\mu_k))`.
+    **Sign correction:** §8 prints this sum as :math:`-\partial E/\partial
+    x_i` and Appendix B prints :math:`\partial\,\mathrm{sim}/\partial x_i =
+    +(x_i - f_\phi(\mu_k))`; both signs are wrong. Descending :math:`E` in
+    :math:`x_i` moves the datum toward the responsibility-weighted
+    prediction :math:`\sum_k \alpha_{ik} f_\phi(\mu_k)`.
+
+    Args:
+      params: :class:`MLPParams`.
+      x: ``(N, d)``.
+      mu: ``(K, m)``.
+
+    Returns:
+      ``(N, d)``.
+    """
+    params, x, mu = _check_mixture(params, x, mu)
+    alpha, e, _ = _weighted_errors(params, x, mu)
+    return jnp.einsum("nk,nkd->nd", alpha, e)
+
+
+def _summed_errors(params, x, mu):
+    """s_k = sum_i alpha_ik (x_i - f(mu_k)), shape (K, d)."""
+    alpha, e, _ = _weighted_errors(params, x, mu)
+    return jnp.einsum("nk,nkd->kd", alpha, e)
+
+
+def mixture_grad_mu(params: MLPParams, x, mu) -> Array:
+    r""":math:`\partial E^{\mathrm{PC}}/\partial \mu_k`, the latent gradient of eq. (18) (§8).
+
+    .. math:: -\frac{\partial E^{\mathrm{PC}}}{\partial \mu_k}
+              = J_k^\top \sum_{i=1}^N \alpha_{ik}\,\big(x_i - f_\phi(\mu_k)\big),
+              \qquad J_k = \frac{\partial f_\phi(\mu_k)}{\partial \mu_k} \in \mathbb{R}^{d \times m}.
+
+    This is §8's formula with the Jacobian transposed (the seed writes
+    :math:`J_k` where :math:`J_k^\top` is meant). It is evaluated as a
+    vector-Jacobian product: ``jax.vjp`` of :math:`f_\phi` at
+    :math:`\mu_{1:K}` applied to the softmax-weighted sums of errors
+    :math:`s_k = \sum_i \alpha_{ik}(x_i - f_\phi(\mu_k))`; no Jacobian is
+    formed and :math:`E` is never differentiated.
+
+    Args:
+      params: :class:`MLPParams`.
+      x: ``(N, d)``.
+      mu: ``(K, m)``.
+
+    Returns:
+      ``(K, m)``.
+    """
+    params, x, mu = _check_mixture(params, x, mu)
+    s = _summed_errors(params, x, mu)
+    _, pullback = jax.vjp(lambda m: mlp(params, m), mu)
+    (jts,) = pullback(s)
+    return -jts
+
+
+def mixture_grad_params(params: MLPParams, x, mu) -> MLPParams:
+    r""":math:`\partial E^{\mathrm{PC}}/\partial \phi`, the learning gradient of eq. (18).
+
+    .. math:: -\frac{\partial E^{\mathrm{PC}}}{\partial \phi}
+              = \sum_{k=1}^K \Big(\frac{\partial f_\phi(\mu_k)}{\partial \phi}\Big)^{\!\top}
+                \sum_{i=1}^N \alpha_{ik}\,\big(x_i - f_\phi(\mu_k)\big),
+
+    the same weighted errors as :func:`mixture_grad_mu`, pulled back to the
+    weights instead of the latents (``jax.vjp`` of :math:`\phi \mapsto
+    f_\phi(\mu_{1:K})`). Not printed in the seed; it follows from eq. (4)
+    of the seed with :math:`\phi` entering every similarity.
+
+    Returns:
+      :class:`MLPParams` of the same shapes as ``params``.
+    """
+    params, x, mu = _check_mixture(params, x, mu)
+    return _grad_params(params, x, mu)
+
+
+def _grad_params(params, x, mu):
+    s = _summed_errors(params, x, mu)
+    _, pullback = jax.vjp(lambda p: mlp(p, mu), params)
+    (g,) = pullback(s)
+    return jax.tree.map(jnp.negative, g)
+
+
+def _lipschitz(params, x):
+    n1 = jnp.linalg.norm(params.W1, ord=2)
+    n2 = jnp.linalg.norm(params.W2, ord=2)
+    H = params.W1.shape[0]
+    emax = jnp.linalg.norm(x - params.b2, axis=-1) + n2 * np.sqrt(H)
+    return jnp.sum(n1**2 * n2**2 + _TANH2_MAX * n1**2 * n2 * emax)
+
+
+def mixture_mu_lipschitz(params: MLPParams, x) -> Array:
+    r"""A global Lipschitz constant :math:`L` of :math:`\nabla_\mu E^{\mathrm{PC}}`.
+
+    .. math:: L = \sum_{i=1}^N \Big( \|W_1\|_2^2 \|W_2\|_2^2
+              + c\, \|W_1\|_2^2 \|W_2\|_2 \big(\|x_i - b_2\| + \sqrt{H}\,\|W_2\|_2\big)\Big),
+              \qquad c = \max_z |\tanh''(z)| = \tfrac{4}{3\sqrt3}.
+
+    Why: the Hessian of :math:`-\ln\sum_k e^{s_k}` is
+    :math:`-\sum_k \alpha_k \nabla^2 s_k - \mathrm{Cov}_\alpha(\nabla s)
+    \preceq -\sum_k \alpha_k \nabla^2 s_k`, and
+    :math:`-\nabla^2_{\mu_k} s_{ik} = J_k^\top J_k - \sum_j e_{ikj}
+    \nabla^2 f_j(\mu_k)` with :math:`\|J_k\|_2 \le \|W_1\|_2\|W_2\|_2`,
+    :math:`\|\sum_j e_j \nabla^2 f_j\|_2 \le c\|W_1\|_2^2\|W_2\|_2\|e\|`, and
+    the error bounded by :math:`\|x_i - b_2\| + \sqrt H \|W_2\|_2` because
+    :math:`|\tanh| < 1`. Hence :math:`\nabla^2_\mu E \preceq L\,I` everywhere,
+    and by the descent lemma every gradient step with :math:`0 < \eta \le
+    2/L` does not increase :math:`E` (with :math:`\eta = 1/L` it decreases
+    :math:`E` by at least :math:`\frac{1}{2L}\|\nabla_\mu E\|^2`).
+
+    Args:
+      params: :class:`MLPParams`.
+      x: ``(N, d)``.
+
+    Returns:
+      Scalar :math:`L > 0`.
+    """
+    params = _check_params(params)
+    x = _check_matrix("x", x, params.W2.shape[0], "d = params.W2.shape[0]")
+    return _lipschitz(params, x)
+
+
+class MixtureInference(NamedTuple):
+    r"""Result of :func:`mixture_infer`.
+
+    Attributes:
+      mu: ``(K, m)`` latents after the last step.
+      energy: ``(num_steps + 1,)`` :math:`E^{\mathrm{PC}}` at the start and after each step.
+      step_size: scalar step :math:`\eta` that was used.
+    """
+
+    mu: Array
+    energy: Array
+    step_size: Array
+
+
+def _energy(params, x, mu):
+    e, _ = _errors(params, x, mu)
+    return core.energy(-0.5 * jnp.sum(e * e, axis=-1))
+
+
+def _grad_mu(params, x, mu):
+    s = _summed_errors(params, x, mu)
+    _, pullback = jax.vjp(lambda m: mlp(params, m), mu)
+    return -pullback(s)[0]
+
+
+def _infer_scan(params, x, mu0, eta, num_steps):
+    def step(mu, _):
+        mu = mu - eta * _grad_mu(params, x, mu)
+        return mu, _energy(params, x, mu)
+
+    mu, trace = jax.lax.scan(step, mu0, None, length=num_steps)
+    return mu, jnp.concatenate([_energy(params, x, mu0)[None], trace])
+
+
+def _step_size(params, x, step_size):
+    if step_size is None:
+        return 1.0 / _lipschitz(params, x)
+    return jnp.asarray(step_size, x.dtype)
+
+
+@partial(jax.jit, static_argnames=("num_steps", "auto_step"))
+def _infer_jit(params, x, mu0, step_size, num_steps, auto_step):
+    eta = 1.0 / _lipschitz(params, x) if auto_step else step_size
+    mu, trace = _infer_scan(params, x, mu0, eta, num_steps)
+    return MixtureInference(mu=mu, energy=trace, step_size=eta)
+
+
+def _check_int(name, v, minimum):
+    if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {v!r}")
+    return int(v)
+
+
+def _check_step(step_size):
+    if step_size is None:
+        return None
+    if not (np.ndim(step_size) == 0 and np.isfinite(step_size) and step_size > 0):
+        raise ValueError(f"step_size must be a finite scalar > 0 or None; got {step_size!r}")
+    return float(step_size)
+
+
+def mixture_infer(params: MLPParams, x, mu0, *, num_steps: int, step_size: float | None = None
+                  ) -> MixtureInference:
+    r"""Inference of the latent causes by gradient descent on eq. (18).
+
+    .. math:: \mu_k \leftarrow \mu_k - \eta\, \frac{\partial E^{\mathrm{PC}}}{\partial \mu_k}
+              = \mu_k + \eta\, J_k^\top \sum_i \alpha_{ik}\big(x_i - f_\phi(\mu_k)\big)
+
+    with :math:`\phi` fixed, using :func:`mixture_grad_mu`'s vector-Jacobian
+    product. Jitted, with ``lax.scan`` inside.
+
+    Args:
+      params: :class:`MLPParams` (fixed).
+      x: ``(N, d)`` data.
+      mu0: ``(K, m)`` initial latents.
+      num_steps: number of gradient steps, ``>= 1``.
+      step_size: :math:`\eta > 0`; ``None`` (default) uses
+        :math:`\eta = 1/L` with :math:`L` from :func:`mixture_mu_lipschitz`,
+        for which the energy trace is guaranteed non-increasing (up to
+        round-off).
+
+    Returns:
+      :class:`MixtureInference` ``(mu, energy, step_size)``.
+    """
+    params, x, mu0 = _check_mixture(params, x, mu0)
+    num_steps = _check_int("num_steps", num_steps, 1)
+    step_size = _check_step(step_size)
+    return _infer_jit(params, x, mu0, jnp.asarray(1.0 if step_size is None else step_size, x.dtype),
+                      num_steps, step_size is None)
+
+
+class MixtureFit(NamedTuple):
+    r"""Result of :func:`mixture_fit`.
+
+    Attributes:
+      params: learned :class:`MLPParams`.
+      mu: ``(K, m)`` latents after the last inference phase.
+      initial_energy: scalar :math:`E^{\mathrm{PC}}` at the starting point.
+      infer_energy: ``(num_rounds, infer_steps)`` energy after each inference step.
+      learn_energy: ``(num_rounds, learn_steps)`` energy after each learning step.
+    """
+
+    params: MLPParams
+    mu: Array
+    initial_energy: Array
+    infer_energy: Array
+    learn_energy: Array
+
+
+@partial(jax.jit, static_argnames=("optimizer", "num_rounds", "infer_steps", "learn_steps", "auto_step"))
+def _fit_jit(params, x, mu0, step_size, optimizer, num_rounds, infer_steps, learn_steps, auto_step):
+    def learn(carry, _):
+        p, state, mu = carry
+        g = _grad_params(p, x, mu)
+        updates, state = optimizer.update(g, state, p)
+        p = jax.tree.map(jnp.add, p, updates)
+        return (p, state, mu), _energy(p, x, mu)
+
+    def round_(carry, _):
+        p, state, mu = carry
+        eta = 1.0 / _lipschitz(p, x) if auto_step else step_size
+        mu, inf_trace = _infer_scan(p, x, mu, eta, infer_steps)
+        (p, state, mu), learn_trace = jax.lax.scan(learn, (p, state, mu), None, length=learn_steps)
+        return (p, state, mu), (inf_trace[1:], learn_trace)
+
+    state = optimizer.init(params)
+    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), None, length=num_rounds)
+    return MixtureFit(params=p, mu=mu, initial_energy=_energy(params, x, mu0),
+                      infer_energy=inf, learn_energy=lrn)
+
+
+def mixture_fit(
+    params: MLPParams,
+    x,
+    mu0,
+    *,
+    optimizer: Any,
+    num_rounds: int,
+    infer_steps: int,
+    learn_steps: int,
+    step_size: float | None = None,
+) -> MixtureFit:
+    r"""Learn :math:`\phi` and infer :math:`\mu` by alternating descent on eq. (18).
+
+    Each of ``num_rounds`` rounds runs ``infer_steps`` gradient steps on
+    :math:`\mu` with :math:`\phi` fixed (as :func:`mixture_infer`), then
+    ``learn_steps`` optimizer steps on :math:`\phi` with :math:`\mu` fixed,
+    using the analytic :func:`mixture_grad_params`. This is the EM-like
+    scheme of §9 of the seed with gradient (not closed-form) M-steps. Jitted,
+    with nested ``lax.scan``.
+
+    Args:
+      params: initial :class:`MLPParams`.
+      x: ``(N, d)`` data.
+      mu0: ``(K, m)`` initial latents.
+      optimizer: an optax ``GradientTransformation`` (anything with
+        ``init(params)`` and ``update(grads, state, params)``), e.g.
+        ``optax.adam(1e-2)``. It must be hashable (optax's are): it is a
+        static argument of the jitted driver.
+      num_rounds, infer_steps, learn_steps: integers ``>= 1``.
+      step_size: inference step; ``None`` uses :math:`1/L(\phi)` from
+        :func:`mixture_mu_lipschitz`, recomputed at the start of every
+        round for the current :math:`\phi`, so every inference phase is
+        monotone. (Optimizer steps on :math:`\phi` carry no such guarantee.)
+
+    Returns:
+      :class:`MixtureFit`.
+    """
+    params, x, mu0 = _check_mixture(params, x, mu0)
+    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
+        raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
+    num_rounds = _check_int("num_rounds", num_rounds, 1)
+    infer_steps = _check_int("infer_steps", infer_steps, 1)
+    learn_steps = _check_int("learn_steps", learn_steps, 1)
+    step_size = _check_step(step_size)
+    eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
+    return _fit_jit(params, x, mu0, eta, optimizer, num_rounds, infer_steps, learn_steps,
+                    step_size is None)
+
+
+class MixtureData(NamedTuple):
+    r"""Data drawn by :func:`mixture_sample`.
+
+    Attributes:
+      x: ``(K * n, d)`` observations :math:`x = f_{\mathrm{teacher}}(z) + \sigma\xi`.
+      labels: ``(K * n,)`` integer cluster of each observation.
+      latent_centres: ``(K, m)`` latent cluster centres :math:`c_k`.
+      z: ``(K * n, m)`` latent points :math:`z = c_k + \tau\epsilon`.
+    """
+
+    x: Array
+    labels: Array
+    latent_centres: Array
+    z: Array
+
+
+def mixture_sample(
+    teacher: MLPParams,
+    num_clusters: int,
+    points_per_cluster: int,
+    *,
+    key: Array,
+    centre_scale: float = 2.0,
+    latent_noise: float = 0.1,
+    obs_noise: float = 0.1,
+    latent_centres=None,
+) -> MixtureData:
+    r"""Sample data from a few latent causes through a teacher network.
+
+    .. math:: c_k \sim \mathcal{N}(0, s_c^2 I_m), \quad
+              z_{kj} = c_k + \tau\,\epsilon_{kj}, \quad
+              x_{kj} = f_{\mathrm{teacher}}(z_{kj}) + \sigma\,\xi_{kj},
+
+    with standard normal :math:`\epsilon, \xi`.
+
+    Args:
+      teacher: :class:`MLPParams` of the generating network.
+      num_clusters: ``K >= 1``.
+      points_per_cluster: ``n >= 1``.
+      key: PRNG key (keyword-only).
+      centre_scale: :math:`s_c > 0`.
+      latent_noise: :math:`\tau \ge 0`.
+      obs_noise: :math:`\sigma \ge 0`.
+      latent_centres: optional ``(K, m)`` centres :math:`c_k` to use instead
+        of sampling them (then ``centre_scale`` is unused).
+
+    Returns:
+      :class:`MixtureData`, points ordered cluster by cluster.
+    """
+    teacher = _check_params(teacher)
+    K = _check_int("num_clusters", num_clusters, 1)
+    n = _check_int("points_per_cluster", points_per_cluster, 1)
+    if not (np.isfinite(centre_scale) and centre_scale > 0):
+        raise ValueError(f"centre_scale must be finite and > 0; got {centre_scale!r}")
+    for name, v in (("latent_noise", latent_noise), ("obs_noise", obs_noise)):
+        if not (np.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be finite and >= 0; got {v!r}")
+    m, d = teacher.W1.shape[1], teacher.W2.shape[0]
+    dtype = teacher.W1.dtype
+    kc, kz, kx = jax.random.split(key, 3)
+    if latent_centres is None:
+        centres = centre_scale * jax.random.normal(kc, (K, m), dtype)
+    else:
+        centres = _check_matrix("latent_centres", latent_centres, m, "m = teacher.W1.shape[1]")
+        if centres.shape[0] != K:
+            raise ValueError(
+                f"latent_centres must have num_clusters = {K} rows; got shape {centres.shape}"
+            )
+    labels = jnp.repeat(jnp.arange(K), n)
+    z = centres[labels] + latent_noise * jax.random.normal(kz, (K * n, m), dtype)
+    x = mlp(teacher, z) + obs_noise * jax.random.normal(kx, (K * n, d), dtype)
+    return MixtureData(x=x, labels=labels, latent_centres=centres, z=z)
