@@ -51,3 +51,22 @@ def test_notebook_executed_and_asserting(path):
     outputs = [o for c in code for o in c.get("outputs", [])]
     assert not [o for o in outputs if o["output_type"] == "error"], "stored error output"
     assert any("assert " in "".join(c["source"]) for c in code), "every claim must be asserted"
+
+
+def _has_figure(cell):
+    return any("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_widgets_have_static_figures(path):
+    """Widgets render blank in the static book: a figure must sit beside each one."""
+    cells = json.loads(path.read_text())["cells"]
+    for i, cell in enumerate(cells):
+        if cell["cell_type"] != "code":
+            continue
+        src = "".join(cell["source"])
+        if "ipywidgets" in src and ("interact" in src or "Slider" in src):
+            near = cells[max(0, i - 3) : i + 4]
+            assert any(c["cell_type"] == "code" and _has_figure(c) for c in near if c is not cell), (
+                f"cell {i} shows a widget with no static figure within 3 cells"
+            )

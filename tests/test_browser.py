@@ -1,0 +1,158 @@
+"""The rendered book, checked as a reader sees it, in headless Chromium.
+
+The book is built from the stored notebook outputs (execution off: strict nbval
+checks separately that those outputs are what the code produces), then every
+page in the table of contents is loaded in Chromium. For each page we assert
+that the math is typeset, every image loads, no cell shows a traceback and
+every internal link resolves; a full-page screenshot goes to
+``_build/screenshots/``.
+
+Chromium comes from Debian's ``chromium`` package (``.ci/run`` installs it).
+Without it the test skips, unless ``LSE_REQUIRE_BROWSER=1`` (set by CI), when
+it fails.
+"""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import urllib.parse
+
+import pytest
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCREENSHOTS = ROOT / "_build" / "screenshots"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+
+
+def _chromium():
+    path = os.environ.get("LSE_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        path = None
+    if path is None:
+        reason = "headless Chromium (Debian package `chromium`) and playwright are needed"
+        if os.environ.get("LSE_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason + " (LSE_REQUIRE_BROWSER=1)")
+        pytest.skip(reason)
+    return path
+
+
+def _toc_pages():
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    pages = [toc["root"]]
+
+    def walk(entries):
+        for entry in entries:
+            if "file" in entry:
+                pages.append(entry["file"])
+            walk(entry.get("sections", []))
+
+    walk(toc.get("chapters", []))
+    for part in toc.get("parts", []):
+        walk(part.get("chapters", []))
+    return pages
+
+
+@pytest.fixture(scope="module")
+def html(tmp_path_factory):
+    _chromium()
+    out = tmp_path_factory.mktemp("book")
+    config = yaml.safe_load((ROOT / "_config.yml").read_text())
+    config["execute"]["execute_notebooks"] = "off"
+    (out / "_config.yml").write_text(yaml.safe_dump(config))
+    proc = subprocess.run(
+        [
+            str(pathlib.Path(sys.executable).parent / "jupyter-book"), "build", "--all", str(ROOT),
+            "--config", str(out / "_config.yml"), "--path-output", str(out),
+            "-W", "-n", "--keep-going",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
+    return out / "_build" / "html"
+
+
+@pytest.fixture(scope="module")
+def browser(html):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=_chromium(), args=CHROMIUM_FLAGS)
+        yield b
+        b.close()
+
+
+# JavaScript run in each page; returns what the assertions need.
+PAGE_REPORT = r"""
+() => {
+  const body = document.body.cloneNode(true);
+  body.querySelectorAll('pre, code, script, style, mjx-container, .highlight, textarea')
+      .forEach(e => e.remove());
+  const text = body.textContent;
+  const outputs = Array.from(document.querySelectorAll('.cell_output'));
+  return {
+    math: document.querySelectorAll('mjx-container').length,
+    mathErrors: Array.from(document.querySelectorAll('mjx-merror'))
+        .map(e => e.getAttribute('data-mjx-error') || e.textContent),
+    rawMath: (text.match(/\$\$|\\\[|\\\(/g) || []).length,
+    images: Array.from(document.images).map(i => ({src: i.src, ok: i.complete && i.naturalWidth > 0})),
+    tracebacks: outputs.filter(o => o.querySelector('.traceback, .output.error') ||
+        /Traceback \(most recent call last\)/.test(o.textContent)).length,
+    links: Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href')),
+    ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
+  };
+}
+"""
+
+
+@pytest.mark.parametrize("page", _toc_pages())
+def test_page_renders(page, html, browser):
+    path = html / f"{page}.html"
+    assert path.exists(), f"{page} was not rendered"
+    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+    tab.goto(path.as_uri())
+    tab.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=30000)
+    tab.evaluate("MathJax.startup.promise")
+    report = tab.evaluate(PAGE_REPORT)
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    tab.screenshot(path=str(SCREENSHOTS / f"{pathlib.Path(page).name}.png"), full_page=True)
+    tab.close()
+
+    assert report["math"] > 0, "no typeset math on the page"
+    assert not report["mathErrors"], f"MathJax errors: {report['mathErrors']}"
+    assert report["rawMath"] == 0, "untypeset $$, \\[ or \\( left in the text"
+    broken = [i["src"] for i in report["images"] if not i["ok"]]
+    assert not broken, f"images that did not load: {broken}"
+    assert report["tracebacks"] == 0, "a cell output shows a traceback"
+
+    for href in report["links"]:
+        parsed = urllib.parse.urlparse(href)
+        if parsed.scheme or href.startswith("mailto:"):
+            continue  # external; the build machine has no network
+        if not parsed.path:
+            if parsed.fragment:
+                assert parsed.fragment in report["ids"], f"anchor #{parsed.fragment} missing"
+            continue
+        target = (path.parent / urllib.parse.unquote(parsed.path)).resolve()
+        assert target.exists(), f"link {href} does not resolve"
+
+
+def test_every_page_screenshotted(html, browser):
+    # Runs after the parametrised tests in this file (pytest keeps file order).
+    names = {pathlib.Path(p).name for p in _toc_pages()}
+    missing = [n for n in names if not (SCREENSHOTS / f"{n}.png").exists()]
+    assert not missing, f"no screenshot for {missing}"
