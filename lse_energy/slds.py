@@ -1,0 +1,760 @@
+r"""Switching linear dynamics as a log-sum-exp energy (§7 and Appendix B of Tschantz 2025).
+
+A trajectory :math:`x_1, \dots, x_T \in \mathbb{R}^d` is explained by :math:`K` linear
+dynamical modes :math:`x_{t+1} \approx A_k x_t + b_k` with Gaussian noise
+:math:`\Sigma_k` and mixing weight :math:`\pi_k`. Every transition is a child
+:math:`x_{t+1}` whose candidate parents are the :math:`K` modes applied to
+:math:`x_t`, with residual :math:`r_{t,k} = x_{t+1} - A_k x_t - b_k` and similarity
+
+.. math::
+
+    \mathrm{sim}_{t,k} = \ln \pi_k - \tfrac12 \ln|2\pi\Sigma_k|
+        - \tfrac12\, r_{t,k}^\top \Sigma_k^{-1} r_{t,k},
+    \qquad
+    E = -\sum_{t=1}^{T-1} \ln \sum_{k=1}^K \exp \mathrm{sim}_{t,k}
+    \quad \text{(eq. 17)}.
+
+The seed prints sim without the log-determinant term; that form is available with
+``normalize=False``. With the normaliser, :math:`E` is exactly the negative
+log-likelihood :math:`-\ln p(x_{2:T} \mid x_1)` of a mixture of linear regressions
+(equivalently an autoregressive HMM whose transition rows all equal :math:`\pi`),
+which is what makes the covariances learnable: without it the energy decreases
+towards 0 as :math:`\Sigma_k \to \infty` and has no minimiser in :math:`\Sigma`.
+
+The gradients printed in §7 for :math:`x_{t+1}` and :math:`x_t` have the wrong sign,
+and Appendix B's :math:`\partial \mathrm{sim}/\partial x_t` reads
+":math:`\Delta_k^\top r`" where it should be :math:`A_k^\top \Sigma_k^{-1} r`; the
+functions here implement the corrected forms (see each docstring).
+
+The model treats every transition independently given the parameters: the mode of
+step :math:`t` does not depend on the mode of step :math:`t-1`.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import core
+
+Array = jax.Array
+
+__all__ = [
+    "SLDSParams",
+    "FitResult",
+    "residuals",
+    "sim",
+    "energy",
+    "responsibilities",
+    "grad_next",
+    "grad_prev",
+    "grad_trajectory",
+    "grad_A",
+    "grad_b",
+    "covariance_penalty",
+    "objective",
+    "m_step",
+    "em_step",
+    "init_params",
+    "fit",
+    "predict",
+    "sample",
+    "smoothness_bound",
+    "impute",
+]
+
+
+class SLDSParams(NamedTuple):
+    r"""Parameters of :math:`K` linear dynamical modes in :math:`\mathbb{R}^d`.
+
+    Mode :math:`k` proposes :math:`x_{t+1} \sim \mathcal{N}(A_k x_t + b_k, \Sigma_k)`
+    and is chosen with probability :math:`\pi_k`, independently at every step.
+
+    Attributes:
+      weights: ``(K,)`` mixing weights :math:`\pi_k > 0`, :math:`\sum_k \pi_k = 1`.
+      A: ``(K, d, d)`` transition matrices :math:`A_k`.
+      b: ``(K, d)`` offsets (drifts) :math:`b_k`.
+      covariances: ``(K, d, d)`` symmetric positive-definite noise
+        covariances :math:`\Sigma_k`.
+    """
+
+    weights: Array
+    A: Array
+    b: Array
+    covariances: Array
+
+
+class FitResult(NamedTuple):
+    r"""Output of :func:`fit`; unpacks as ``params, trace = fit(...)``.
+
+    Attributes:
+      params: the fitted :class:`SLDSParams`.
+      trace: ``(n_iter + 1,)`` the objective (:func:`objective`) at the initial
+        parameters and after every EM step. With ``reg_covar=0`` it is the
+        energy (17) itself. EM guarantees it never increases.
+    """
+
+    params: SLDSParams
+    trace: Array
+
+
+# ---------------------------------------------------------------------------
+# Validation (public boundary only)
+# ---------------------------------------------------------------------------
+
+
+def _concrete(*xs) -> bool:
+    return not any(isinstance(v, jax.core.Tracer) for v in xs)
+
+
+def _check_x(x, name: str = "x") -> Array:
+    x = jnp.asarray(x)
+    if x.ndim != 2:
+        raise ValueError(f"{name} must have shape (T, d); got {x.shape}")
+    if x.shape[0] < 2:
+        raise ValueError(f"{name} must hold at least two time steps (T >= 2); got T = {x.shape[0]}")
+    if x.shape[1] < 1:
+        raise ValueError(f"{name} must have d >= 1; got shape {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
+    if _concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
+        raise ValueError(f"{name} must be finite")
+    return x
+
+
+def _check_params(params, d: int | None = None) -> SLDSParams:
+    if not isinstance(params, SLDSParams):
+        raise ValueError(f"params must be an SLDSParams; got {type(params).__name__}")
+    w, A, b, S = (jnp.asarray(v) for v in params)
+    if w.ndim != 1 or w.shape[0] < 1:
+        raise ValueError(f"params.weights must have shape (K,) with K >= 1; got {w.shape}")
+    K = w.shape[0]
+    if A.ndim != 3 or A.shape[0] != K or A.shape[1] != A.shape[2]:
+        raise ValueError(f"params.A must have shape (K, d, d) with K = {K}; got {A.shape}")
+    dd = A.shape[1]
+    if d is not None and dd != d:
+        raise ValueError(f"params.A has state dimension {dd} but x has d = {d}")
+    if b.shape != (K, dd):
+        raise ValueError(f"params.b must have shape (K, d) = {(K, dd)}; got {b.shape}")
+    if S.shape != (K, dd, dd):
+        raise ValueError(f"params.covariances must have shape (K, d, d) = {(K, dd, dd)}; got {S.shape}")
+    if _concrete(w, A, b, S):
+        wn, Sn = np.asarray(w), np.asarray(S)
+        for name, v in (("weights", wn), ("A", A), ("b", b), ("covariances", Sn)):
+            if not np.all(np.isfinite(np.asarray(v))):
+                raise ValueError(f"params.{name} must be finite")
+        if np.any(wn <= 0):
+            raise ValueError("params.weights must be strictly positive")
+        if abs(float(wn.sum()) - 1.0) > 1e-6:
+            raise ValueError(f"params.weights must sum to 1; they sum to {float(wn.sum()):.8g}")
+        if not np.allclose(Sn, np.swapaxes(Sn, -1, -2), rtol=1e-8, atol=1e-12):
+            raise ValueError("params.covariances must be symmetric")
+        if np.any(np.linalg.eigvalsh(Sn) <= 0):
+            raise ValueError("params.covariances must be positive definite")
+    return SLDSParams(w, A, b, S)
+
+
+def _check_reg(reg_covar):
+    if not (np.isfinite(reg_covar) and reg_covar >= 0):
+        raise ValueError(f"reg_covar must be finite and >= 0; got {reg_covar}")
+
+
+# ---------------------------------------------------------------------------
+# Energy
+# ---------------------------------------------------------------------------
+
+
+def _residuals(params: SLDSParams, x: Array) -> Array:
+    pred = jnp.einsum("kij,tj->tki", params.A, x[:-1]) + params.b[None]
+    return x[1:, None, :] - pred
+
+
+def _precision_times(params: SLDSParams, v: Array) -> Array:
+    """:math:`\\Sigma_k^{-1} v_{t,k}` for ``v: (T-1, K, d)`` via Cholesky solves."""
+    L = jnp.linalg.cholesky(params.covariances)
+    solve = jax.vmap(lambda Lk, vk: jax.scipy.linalg.cho_solve((Lk, True), vk.T).T, in_axes=(0, 1), out_axes=1)
+    return solve(L, v)
+
+
+def _sim(params: SLDSParams, x: Array, normalize: bool) -> Array:
+    r = _residuals(params, x)
+    quad = jnp.einsum("tki,tki->tk", r, _precision_times(params, r))
+    s = jnp.log(params.weights)[None, :] - 0.5 * quad
+    if normalize:
+        d = x.shape[1]
+        L = jnp.linalg.cholesky(params.covariances)
+        logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+        s = s - 0.5 * (d * jnp.log(2.0 * jnp.pi) + logdet)[None, :]
+    return s
+
+
+def residuals(params: SLDSParams, x) -> Array:
+    r"""Residuals :math:`r_{t,k} = x_{t+1} - A_k x_t - b_k`.
+
+    Args:
+      params: :class:`SLDSParams` with ``K`` modes in ``d`` dimensions.
+      x: ``(T, d)`` trajectory.
+
+    Returns:
+      ``(T-1, K, d)`` array; row ``t`` (0-based) is the transition ``x[t] -> x[t+1]``.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    return _residuals(params, x)
+
+
+def sim(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""Similarities :math:`\mathrm{sim}_{t,k}` of child :math:`x_{t+1}` to mode :math:`k` at :math:`x_t`.
+
+    .. math::
+
+        \mathrm{sim}_{t,k} = \ln\pi_k - [\tfrac12 \ln|2\pi\Sigma_k|]
+            - \tfrac12 r_{t,k}^\top \Sigma_k^{-1} r_{t,k}
+
+    The bracketed log-normaliser is included when ``normalize=True`` (the
+    default; needed for learning :math:`\Sigma_k`) and omitted with
+    ``normalize=False``, which is the form printed in §7 of the seed.
+
+    Args:
+      params: :class:`SLDSParams`.
+      x: ``(T, d)`` trajectory.
+      normalize: include :math:`-\tfrac12 \ln|2\pi\Sigma_k|`.
+
+    Returns:
+      ``(T-1, K)`` array.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    return _sim(params, x, normalize)
+
+
+def energy(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""The SLDS energy, eq. (17): :math:`E = -\sum_{t=1}^{T-1} \ln \sum_k \exp \mathrm{sim}_{t,k}`.
+
+    With ``normalize=True`` this equals the negative conditional log-likelihood
+    :math:`-\ln p(x_{2:T} \mid x_1)` of the mixture of linear dynamics; with
+    ``normalize=False`` it is the normaliser-free form printed in the seed
+    (which is :math:`\ge 0` and tends to 0 as every :math:`\Sigma_k \to \infty`).
+
+    Args:
+      params: :class:`SLDSParams`.
+      x: ``(T, d)`` trajectory.
+      normalize: see :func:`sim`.
+
+    Returns:
+      Scalar energy, built on :func:`lse_energy.core.energy`.
+    """
+    return core.energy(sim(params, x, normalize=normalize))
+
+
+def responsibilities(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""Mode posteriors :math:`\alpha_{t,k} = \mathrm{softmax}_k\, \mathrm{sim}_{t,k}` (§7).
+
+    Returns:
+      ``(T-1, K)`` array whose rows sum to 1.
+    """
+    return core.weights(sim(params, x, normalize=normalize))
+
+
+# ---------------------------------------------------------------------------
+# Analytic gradients
+# ---------------------------------------------------------------------------
+
+
+def _alpha_and_scaled_residual(params, x, normalize):
+    r = _residuals(params, x)
+    alpha = core.weights(_sim(params, x, normalize))
+    return alpha, _precision_times(params, r)  # (T-1, K), (T-1, K, d)
+
+
+def grad_next(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""Child part of eq. (4): :math:`\partial E / \partial x_{t+1}` through term :math:`t`.
+
+    .. math::
+
+        \frac{\partial E}{\partial x_{t+1}} = \sum_k \alpha_{t,k}\, \Sigma_k^{-1} r_{t,k},
+        \qquad\text{i.e.}\qquad
+        -\frac{\partial E}{\partial x_{t+1}} = -\sum_k \alpha_{t,k}\, \Sigma_k^{-1} r_{t,k}.
+
+    §7 of the seed prints :math:`-\partial E/\partial x_{t+1} = +\sum_k \alpha_{t,k}
+    \Sigma_k^{-1} r_{t,k}`: the sign is wrong, since
+    :math:`\partial \mathrm{sim}_{t,k}/\partial x_{t+1} = -\Sigma_k^{-1} r_{t,k}`.
+    The normaliser does not depend on :math:`x`, but it changes
+    :math:`\alpha` unless all :math:`|\Sigma_k|` are equal.
+
+    Args:
+      params: :class:`SLDSParams`.
+      x: ``(T, d)``.
+      normalize: see :func:`sim`.
+
+    Returns:
+      ``(T-1, d)``; row ``t`` is the gradient w.r.t. ``x[t+1]`` from the
+      transition ``x[t] -> x[t+1]`` only.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    return jnp.einsum("tk,tki->ti", alpha, u)
+
+
+def grad_prev(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""Parent part of eq. (4): :math:`\partial E / \partial x_t` through term :math:`t`.
+
+    .. math::
+
+        \frac{\partial E}{\partial x_t} = -\sum_k \alpha_{t,k}\, A_k^\top \Sigma_k^{-1} r_{t,k},
+        \qquad\text{i.e.}\qquad
+        -\frac{\partial E}{\partial x_t} = +\sum_k \alpha_{t,k}\, A_k^\top \Sigma_k^{-1} r_{t,k}.
+
+    §7 prints :math:`-\partial E/\partial x_t = \sum_k \alpha_{t,k}(-A_k^\top\Sigma_k^{-1}) r_{t,k}`
+    (wrong sign), and Appendix B prints :math:`\partial\mathrm{sim}/\partial x_t =
+    \Delta_k^\top r` where the correct sim-derivative is
+    :math:`A_k^\top \Sigma_k^{-1} r_{t,k}`.
+
+    Returns:
+      ``(T-1, d)``; row ``t`` is the gradient w.r.t. ``x[t]`` from the
+      transition ``x[t] -> x[t+1]`` only.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
+
+
+def grad_trajectory(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""Full :math:`\partial E / \partial x_t` for every state: eq. (4) with both roles.
+
+    An interior state is the child of term :math:`t-1` and a parent in term
+    :math:`t`, so
+
+    .. math::
+
+        \frac{\partial E}{\partial x_t}
+        = \underbrace{\sum_k \alpha_{t-1,k} \Sigma_k^{-1} r_{t-1,k}}_{\text{child}}
+          \; - \; \underbrace{\sum_k \alpha_{t,k} A_k^\top \Sigma_k^{-1} r_{t,k}}_{\text{parent}},
+
+    with the child part absent for :math:`x_1` and the parent part absent for
+    :math:`x_T`.
+
+    Returns:
+      ``(T, d)`` gradient of :func:`energy` w.r.t. ``x``.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    child = jnp.einsum("tk,tki->ti", alpha, u)
+    parent = -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
+    zero = jnp.zeros((1, x.shape[1]), x.dtype)
+    return jnp.concatenate([zero, child]) + jnp.concatenate([parent, zero])
+
+
+def grad_A(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r""":math:`\partial E / \partial A_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k} x_t^\top` (§7, sign as printed).
+
+    Returns:
+      ``(K, d, d)``.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    return -jnp.einsum("tk,tki,tj->kij", alpha, u, x[:-1])
+
+
+def grad_b(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r""":math:`\partial E / \partial b_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k}` (§7 and Appendix B, sign as printed).
+
+    Returns:
+      ``(K, d)``.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    return -jnp.einsum("tk,tki->ki", alpha, u)
+
+
+# ---------------------------------------------------------------------------
+# EM
+# ---------------------------------------------------------------------------
+
+
+def covariance_penalty(params: SLDSParams, reg_covar: float) -> Array:
+    r"""The term :math:`\tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}` with :math:`\lambda` = ``reg_covar``."""
+    params = _check_params(params)
+    _check_reg(reg_covar)
+    return _penalty(params, reg_covar)
+
+
+def _penalty(params, reg_covar):
+    d = params.A.shape[1]
+    inv = jnp.linalg.solve(params.covariances, jnp.broadcast_to(jnp.eye(d), params.covariances.shape))
+    return 0.5 * reg_covar * jnp.sum(jnp.trace(inv, axis1=-2, axis2=-1))
+
+
+def objective(params: SLDSParams, x, *, reg_covar: float = 0.0) -> Array:
+    r"""What EM decreases: :math:`E + \tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}`.
+
+    :math:`E` is the normalised energy (17). The penalty, weighted by
+    ``reg_covar`` :math:`=\lambda \ge 0`, is a prior on the precisions that
+    keeps every :math:`\Sigma_k \succeq (\lambda / N_k) I` in the M-step; with
+    ``reg_covar=0`` the objective is the energy itself.
+    """
+    _check_reg(reg_covar)
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    return core.energy(_sim(params, x, True)) + _penalty(params, reg_covar)
+
+
+def _m_step(x, resp, reg_covar):
+    d = x.shape[1]
+    z = jnp.concatenate([x[:-1], jnp.ones((x.shape[0] - 1, 1), x.dtype)], axis=1)  # (T-1, d+1)
+    y = x[1:]
+    nk = jnp.sum(resp, axis=0)  # (K,)
+    G = jnp.einsum("tk,ti,tj->kij", resp, z, z)  # (K, d+1, d+1)
+    C = jnp.einsum("tk,ti,tj->kij", resp, z, y)  # (K, d+1, d)
+    W = jnp.swapaxes(jnp.linalg.solve(G, C), -1, -2)  # (K, d, d+1) = [A_k b_k]
+    A, b = W[:, :, :d], W[:, :, d]
+    r = y[:, None, :] - jnp.einsum("kij,tj->tki", W, z)
+    S = jnp.einsum("tk,tki,tkj->kij", resp, r, r)
+    cov = (S + reg_covar * jnp.eye(d)) / nk[:, None, None]
+    cov = 0.5 * (cov + jnp.swapaxes(cov, -1, -2))
+    return SLDSParams(nk / jnp.sum(nk), A, b, cov)
+
+
+def m_step(x, resp, *, reg_covar: float = 0.0) -> SLDSParams:
+    r"""Closed-form M-step given responsibilities :math:`\alpha_{t,k}`.
+
+    With :math:`z_t = [x_t; 1]`, :math:`N_k = \sum_t \alpha_{t,k}` and
+    :math:`W_k = [A_k\; b_k]`:
+
+    .. math::
+
+        W_k = \Big(\sum_t \alpha_{t,k} x_{t+1} z_t^\top\Big)
+              \Big(\sum_t \alpha_{t,k} z_t z_t^\top\Big)^{-1},\quad
+        \Sigma_k = \frac{\sum_t \alpha_{t,k} r_{t,k} r_{t,k}^\top + \lambda I}{N_k},\quad
+        \pi_k = \frac{N_k}{\sum_j N_j}.
+
+    :math:`W_k` is weighted least squares (it does not depend on
+    :math:`\Sigma_k`, because all output coordinates share the regressor
+    :math:`z_t`); :math:`\Sigma_k` minimises the expected energy plus
+    :func:`covariance_penalty`. Each mode needs :math:`N_k > 0` and
+    :math:`\sum_t \alpha_{t,k} z_t z_t^\top` invertible.
+
+    Args:
+      x: ``(T, d)``.
+      resp: ``(T-1, K)`` non-negative responsibilities.
+      reg_covar: :math:`\lambda \ge 0`.
+
+    Returns:
+      :class:`SLDSParams`.
+    """
+    x = _check_x(x)
+    _check_reg(reg_covar)
+    resp = jnp.asarray(resp)
+    if resp.ndim != 2 or resp.shape[0] != x.shape[0] - 1 or resp.shape[1] < 1:
+        raise ValueError(f"resp must have shape (T-1, K) = ({x.shape[0] - 1}, K); got {resp.shape}")
+    if _concrete(resp):
+        rn = np.asarray(resp)
+        if not np.all(np.isfinite(rn)) or np.any(rn < 0):
+            raise ValueError("resp must be finite and non-negative")
+        if np.any(rn.sum(axis=0) <= 0):
+            raise ValueError("resp: every mode needs a positive total responsibility N_k")
+    return _m_step(x, resp.astype(x.dtype), reg_covar)
+
+
+def _em_step(params, x, reg_covar):
+    resp = core.weights(_sim(params, x, True))
+    return _m_step(x, resp, reg_covar)
+
+
+def em_step(params: SLDSParams, x, *, reg_covar: float = 0.0) -> SLDSParams:
+    r"""One EM step on the normalised energy: E-step :math:`\alpha = \mathrm{softmax}_k\,\mathrm{sim}`, then :func:`m_step`.
+
+    The result never has a larger :func:`objective` than ``params``.
+    """
+    x = _check_x(x)
+    _check_reg(reg_covar)
+    params = _check_params(params, x.shape[1])
+    return _em_step(params, x, reg_covar)
+
+
+def _init_one(key, x, n_components, reg_covar):
+    """Local-regression initialisation (see :func:`init_params`)."""
+    T1, d = x.shape[0] - 1, x.shape[1]
+    feats = jnp.concatenate([x[:-1], x[1:]], axis=1)
+    m = max(3 * (d + 1), T1 // (2 * n_components))
+    m = min(m, T1)
+    anchors = jax.random.choice(key, T1, (n_components,), replace=False)
+    dist = jnp.sum((feats[anchors][:, None, :] - feats[None, :, :]) ** 2, axis=-1)  # (K, T-1)
+    _, idx = jax.lax.top_k(-dist, m)  # (K, m)
+    resp = jnp.zeros((n_components, T1), x.dtype).at[jnp.arange(n_components)[:, None], idx].set(1.0).T
+    p = _m_step(x, resp, reg_covar)
+    # A local fit can have a tiny noise estimate; start every mode from the pooled scale.
+    r = x[1:, None, :] - jnp.einsum("kij,tj->tki", p.A, x[:-1]) - p.b[None]
+    best = jnp.min(jnp.sum(r**2, axis=-1), axis=1)  # best-mode squared residual per step
+    scale = jnp.mean(best) / d + reg_covar / T1
+    cov = jnp.broadcast_to(scale * jnp.eye(d), (n_components, d, d))
+    w = jnp.full((n_components,), 1.0 / n_components, x.dtype)
+    return SLDSParams(w, p.A, p.b, cov)
+
+
+def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> SLDSParams:
+    r"""Local-regression initialisation.
+
+    ``n_components`` anchor transitions are drawn at random (from ``key``);
+    mode :math:`k` is the least-squares fit of :math:`x_{t+1} \approx A x_t + b`
+    on the :math:`m = \max(3(d+1), \lfloor (T-1)/2K \rfloor)` transitions nearest
+    to anchor :math:`k` in :math:`(x_t, x_{t+1})` space. Mixing weights start
+    uniform, and every covariance starts at the isotropic mean squared residual
+    of the best-fitting mode.
+
+    Args:
+      x: ``(T, d)`` with ``T - 1 >= n_components``.
+      n_components: ``K >= 1``.
+      key: a ``jax.random`` key (keyword-only).
+      reg_covar: see :func:`m_step`.
+    """
+    x = _check_x(x)
+    _check_reg(reg_covar)
+    if int(n_components) != n_components or n_components < 1:
+        raise ValueError(f"n_components must be an integer >= 1; got {n_components}")
+    if n_components > x.shape[0] - 1:
+        raise ValueError(f"n_components = {n_components} exceeds the number of transitions T-1 = {x.shape[0] - 1}")
+    return _init_one(key, x, int(n_components), reg_covar)
+
+
+def _fit_one(params0, x, tol, reg_covar, max_iter):
+    T1 = x.shape[0] - 1
+    obj = lambda p: core.energy(_sim(p, x, True)) + _penalty(p, reg_covar)  # noqa: E731
+    trace = jnp.full((max_iter + 1,), jnp.nan, x.dtype).at[0].set(obj(params0))
+
+    def cond(state):
+        i, _, _, done = state
+        return (i < max_iter) & ~done
+
+    def body(state):
+        i, p, tr, _ = state
+        new = _em_step(p, x, reg_covar)
+        e = obj(new)
+        tr = tr.at[i + 1].set(e)
+        done = (tr[i] - e) <= tol * T1
+        return i + 1, new, tr, done
+
+    n, params, trace, _ = jax.lax.while_loop(cond, body, (0, params0, trace, False))
+    return params, trace, n
+
+
+def _fit_many_body(keys, x, tol, reg_covar, n_components, max_iter):
+    inits = jax.vmap(lambda k: _init_one(k, x, n_components, reg_covar))(keys)
+    return jax.vmap(lambda p: _fit_one(p, x, tol, reg_covar, max_iter))(inits)
+
+
+_fit_many = jax.jit(_fit_many_body, static_argnames=("n_components", "max_iter"))
+
+
+def fit(
+    x,
+    n_components: int,
+    *,
+    key,
+    max_iter: int = 200,
+    tol: float = 1e-9,
+    n_init: int = 4,
+    reg_covar: float = 1e-6,
+) -> FitResult:
+    r"""Fit :math:`K` modes to a trajectory by EM on the normalised energy (17).
+
+    Each of ``n_init`` restarts starts from :func:`init_params` with its own
+    sub-key and runs :func:`em_step` until the objective falls by at most
+    ``tol * (T-1)`` in one step, or ``max_iter`` steps. The restart with the
+    lowest final :func:`objective` is returned. Jitted; the restarts run
+    together under ``vmap``.
+
+    Args:
+      x: ``(T, d)`` trajectory.
+      n_components: number of modes ``K >= 1``.
+      key: ``jax.random`` key (keyword-only); the same key gives the same fit.
+      max_iter: maximum number of EM steps per restart (``>= 1``).
+      tol: stopping threshold on the per-transition decrease (``>= 0``).
+      n_init: number of restarts (``>= 1``).
+      reg_covar: :math:`\lambda \ge 0`, the precision prior of
+        :func:`objective`; it adds :math:`\lambda / N_k` to the diagonal of
+        every :math:`\Sigma_k` and keeps a mode that explains few, nearly
+        collinear transitions from collapsing to a singular covariance.
+
+    Returns:
+      :class:`FitResult` ``(params, trace)`` with the objective before and
+      after every EM step of the chosen restart.
+
+    Raises:
+      ValueError: invalid arguments, or every restart broke down (a mode lost
+        all its responsibility, giving non-finite parameters).
+    """
+    x = _check_x(x)
+    _check_reg(reg_covar)
+    if int(n_components) != n_components or n_components < 1:
+        raise ValueError(f"n_components must be an integer >= 1; got {n_components}")
+    if n_components > x.shape[0] - 1:
+        raise ValueError(f"n_components = {n_components} exceeds the number of transitions T-1 = {x.shape[0] - 1}")
+    if int(max_iter) != max_iter or max_iter < 1:
+        raise ValueError(f"max_iter must be an integer >= 1; got {max_iter}")
+    if int(n_init) != n_init or n_init < 1:
+        raise ValueError(f"n_init must be an integer >= 1; got {n_init}")
+    if not (np.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tol must be finite and >= 0; got {tol}")
+    keys = jax.random.split(key, int(n_init))
+    params, traces, ns = _fit_many(
+        keys, x, jnp.asarray(tol, x.dtype), jnp.asarray(reg_covar, x.dtype),
+        n_components=int(n_components), max_iter=int(max_iter),
+    )
+    ns = np.asarray(ns)
+    final = np.asarray(traces)[np.arange(len(ns)), ns]
+    ok = np.isfinite(final) & np.all(np.isfinite(np.asarray(params.covariances)), axis=(1, 2, 3))
+    if not np.any(ok):
+        raise ValueError("every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger reg_covar")
+    best = int(np.argmin(np.where(ok, final, np.inf)))
+    chosen = jax.tree_util.tree_map(lambda a: a[best], params)
+    return FitResult(chosen, traces[best, : ns[best] + 1])
+
+
+def predict(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+    r"""Most probable mode of every transition, :math:`\arg\max_k \alpha_{t,k}`; ``(T-1,)`` ints."""
+    return jnp.argmax(responsibilities(params, x, normalize=normalize), axis=1)
+
+
+def sample(params: SLDSParams, x0, n_steps: int, *, key):
+    r"""Draw a trajectory with i.i.d. modes :math:`z_t \sim \pi`, :math:`x_{t+1} \sim \mathcal{N}(A_{z_t} x_t + b_{z_t}, \Sigma_{z_t})`.
+
+    Args:
+      params: :class:`SLDSParams`.
+      x0: ``(d,)`` initial state.
+      n_steps: number of transitions ``>= 1``.
+      key: ``jax.random`` key (keyword-only).
+
+    Returns:
+      ``(x, z)``: ``(n_steps + 1, d)`` states and ``(n_steps,)`` modes.
+    """
+    x0 = jnp.asarray(x0)
+    if x0.ndim != 1:
+        raise ValueError(f"x0 must have shape (d,); got {x0.shape}")
+    params = _check_params(params, x0.shape[0])
+    if int(n_steps) != n_steps or n_steps < 1:
+        raise ValueError(f"n_steps must be an integer >= 1; got {n_steps}")
+    return _sample(params, x0, key, int(n_steps))
+
+
+def _sample_body(params, x0, key, n_steps):
+    kz, ke = jax.random.split(key)
+    z = jax.random.categorical(kz, jnp.log(params.weights), shape=(n_steps,))
+    L = jnp.linalg.cholesky(params.covariances)
+    eps = jnp.einsum("tij,tj->ti", L[z], jax.random.normal(ke, (n_steps, x0.shape[0]), x0.dtype))
+
+    def step(xt, inp):
+        k, e = inp
+        nxt = params.A[k] @ xt + params.b[k] + e
+        return nxt, nxt
+
+    _, xs = jax.lax.scan(step, x0, (z, eps))
+    return jnp.concatenate([x0[None], xs]), z
+
+
+_sample = jax.jit(_sample_body, static_argnames=("n_steps",))
+
+
+# ---------------------------------------------------------------------------
+# States as nodes: imputation by gradient descent
+# ---------------------------------------------------------------------------
+
+
+def _missing_mask(missing, T):
+    m = np.asarray(missing)
+    if m.dtype == np.bool_:
+        if m.shape != (T,):
+            raise ValueError(f"missing as a boolean mask must have shape (T,) = ({T},); got {m.shape}")
+        mask = m
+    else:
+        if not np.issubdtype(m.dtype, np.integer):
+            raise ValueError(f"missing must be integer indices or a boolean mask; got dtype {m.dtype}")
+        m = np.atleast_1d(m)
+        if m.ndim != 1 or np.any(m < 0) or np.any(m >= T):
+            raise ValueError(f"missing indices must lie in [0, {T - 1}]; got {m}")
+        mask = np.zeros(T, bool)
+        mask[m] = True
+    if not mask.any():
+        raise ValueError("missing selects no time step")
+    return mask
+
+
+def smoothness_bound(params: SLDSParams, *, adjacent: bool = False) -> Array:
+    r"""An upper bound :math:`L` on the Hessian of :math:`E` w.r.t. the missing states.
+
+    With :math:`\lambda_* = \max_k \lambda_{\max}(\Sigma_k^{-1})` and
+    :math:`a = \max_k \|A_k\|_2`, :math:`L = \lambda_*(1 + a^2)` when no two
+    missing states are adjacent, and :math:`2\lambda_*(1 + a^2)` otherwise.
+    Gradient descent with step :math:`1/L` then never increases :math:`E`
+    (descent lemma). Holds for either value of ``normalize``.
+    """
+    params = _check_params(params)
+    lam = jnp.max(1.0 / jnp.linalg.eigvalsh(params.covariances)[:, 0])
+    a = jnp.max(jnp.linalg.norm(params.A, ord=2, axis=(1, 2)))
+    return (2.0 if adjacent else 1.0) * lam * (1.0 + a**2)
+
+
+def _impute_body(params, x, mask, step, n_steps, normalize):
+    def e(xx):
+        return core.energy(_sim(params, xx, normalize))
+
+    def grad(xx):
+        alpha = core.weights(_sim(params, xx, normalize))
+        u = _precision_times(params, _residuals(params, xx))
+        child = jnp.einsum("tk,tki->ti", alpha, u)
+        parent = -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
+        zero = jnp.zeros((1, xx.shape[1]), xx.dtype)
+        return jnp.concatenate([zero, child]) + jnp.concatenate([parent, zero])
+
+    def body(xx, _):
+        new = xx - step * jnp.where(mask[:, None], grad(xx), 0.0)
+        return new, e(new)
+
+    xf, es = jax.lax.scan(body, x, None, length=n_steps)
+    return xf, jnp.concatenate([e(x)[None], es])
+
+
+_impute = jax.jit(_impute_body, static_argnames=("n_steps", "normalize"))
+
+
+def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None, normalize: bool = True):
+    r"""Fill in missing states by gradient descent on :math:`E` w.r.t. those states.
+
+    The states are nodes of the energy graph like any other: the update is
+    :math:`x_t \leftarrow x_t - \eta\, \partial E/\partial x_t` with the full
+    (child + parent) gradient of :func:`grad_trajectory`, applied only at the
+    missing steps; observed states stay fixed. The values of ``x`` at the
+    missing steps are the starting point.
+
+    Args:
+      params: :class:`SLDSParams`.
+      x: ``(T, d)`` trajectory with initial guesses at the missing steps.
+      missing: integer indices or a ``(T,)`` boolean mask.
+      n_steps: number of descent steps (``>= 1``).
+      step_size: :math:`\eta > 0`; default :math:`1/L` from
+        :func:`smoothness_bound`, for which the energy never increases.
+      normalize: see :func:`sim`.
+
+    Returns:
+      ``(x_filled, energies)``: ``(T, d)`` and ``(n_steps + 1,)`` energies
+      before and after every step.
+    """
+    x = _check_x(x)
+    params = _check_params(params, x.shape[1])
+    mask = _missing_mask(missing, x.shape[0])
+    if int(n_steps) != n_steps or n_steps < 1:
+        raise ValueError(f"n_steps must be an integer >= 1; got {n_steps}")
+    if step_size is None:
+        adjacent = bool(np.any(mask[1:] & mask[:-1]))
+        step_size = 1.0 / smoothness_bound(params, adjacent=adjacent)
+    elif not (np.isfinite(step_size) and step_size > 0):
+        raise ValueError(f"step_size must be finite and > 0; got {step_size}")
+    return _impute(params, x, jnp.asarray(mask), jnp.asarray(step_size, x.dtype), int(n_steps), bool(normalize))
