@@ -1,0 +1,748 @@
+r"""Cross-, self- and multi-head attention as log-sum-exp energies.
+
+This module implements §3 (cross-attention, eqs. 6–8), §6 (self-attention,
+eqs. 15–16) and Appendix B of Tschantz (2025), *Attention via log-sum-exp
+energy*; the structural-inference reading of attention of Singh & Buckley
+(2023), *Attention as implicit structural inference*, §3–§4 (attention is the
+posterior expectation of a value function, eq. 1; iterative attention is a
+CCCP fixed point, eq. 8); and the transformer pieces of the lecture notes
+§31 (the :math:`1/\sqrt{d}` temperature, multi-head attention, sinusoidal
+positional encodings).
+
+Conventions. Tokens are *rows*: ``x: (N, d_in)``. A projection
+:math:`q_c = W^Q x_c` with ``wq: (d_k, d_in)`` is therefore ``x @ wq.T``.
+Every energy is
+
+.. math::
+
+    E = -\sum_c \ln \sum_p \exp\big(\beta\, \mathrm{sim}(c, p) + b_{cp}\big),
+
+built on :func:`lse_energy.core.energy`, with an inverse temperature
+:math:`\beta > 0`, an optional boolean ``mask`` (``True`` = allowed edge
+:math:`c \leftarrow p`) and, where offered, an additive log-prior ``bias``
+:math:`b_{cp} = \ln p(\phi_c = p) + \text{const}` (Singh & Buckley §6).
+The gradients below return :math:`\partial E/\partial(\cdot)`; the seed
+equations are written for :math:`-\partial E/\partial(\cdot)`.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import core
+from lse_energy.core import GradientTerms
+
+Array = jax.Array
+
+__all__ = [
+    "AttentionParams",
+    "MultiHeadParams",
+    "cross_energy",
+    "cross_grad_queries",
+    "cross_grad_keys",
+    "cross_energy_tokens",
+    "cross_grad_tokens",
+    "cross_grad_params",
+    "self_energy",
+    "self_grad_terms",
+    "self_grad",
+    "attention_weights",
+    "attend",
+    "edge_prior",
+    "prior_energy",
+    "init_attention",
+    "init_multihead",
+    "multihead_attention",
+    "causal_mask",
+    "relative_position_bias",
+    "sinusoidal_encoding",
+    "sinusoidal_shift",
+    "collapsed_free_energy",
+    "cccp_step",
+    "cccp",
+]
+
+
+class AttentionParams(NamedTuple):
+    r"""Query and key projections of one attention head.
+
+    .. math:: q_c = W^Q x_c, \qquad k_p = W^K x_p, \qquad
+              \mathrm{sim}(x_c, x_p) = (W^Q x_c)^\top (W^K x_p).
+
+    Attributes:
+      wq: ``(d_k, d_in)``, :math:`W^Q`.
+      wk: ``(d_k, d_in)``, :math:`W^K` (for cross-attention the key tokens
+        may have their own width: ``(d_k, d_in_k)``).
+    """
+
+    wq: Array
+    wk: Array
+
+
+class MultiHeadParams(NamedTuple):
+    r"""Multi-head attention (lecture notes §31), one slice per head ``h``.
+
+    .. math::
+
+        \mathrm{MHA}(X^Q, X^{KV})_c = \sum_{h=1}^{H} W^O_h \sum_p
+        \mathrm{softmax}_p\!\Big(\beta\,(W^Q_h x^Q_c)^\top (W^K_h x^{KV}_p)
+        + b_{cp}\Big)\, W^V_h x^{KV}_p,
+
+    which equals concatenating the heads and applying one
+    :math:`W^O = [W^O_1, \dots, W^O_H]`.
+
+    Attributes:
+      wq: ``(H, d_head, d_model)``, :math:`W^Q_h`.
+      wk: ``(H, d_head, d_model)``, :math:`W^K_h`.
+      wv: ``(H, d_v, d_model)``, :math:`W^V_h`.
+      wo: ``(H, d_model, d_v)``, :math:`W^O_h`.
+    """
+
+    wq: Array
+    wk: Array
+    wv: Array
+    wo: Array
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _float_array(name: str, x, min_ndim: int = 2) -> Array:
+    x = jnp.asarray(x)
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
+    if _concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
+        raise ValueError(f"{name} must be finite")
+    return x
+
+
+def _check_beta(beta) -> None:
+    if _concrete(beta):
+        b = np.asarray(beta)
+        if b.ndim != 0 or not np.isfinite(b) or not b > 0:
+            raise ValueError(f"beta must be a finite scalar > 0; got {beta!r}")
+
+
+def _check_qk(q, k) -> tuple[Array, Array]:
+    q = _float_array("q", q)
+    k = _float_array("k", k)
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share their last (feature) dimension; got q{q.shape} and k{k.shape}"
+        )
+    return q, k
+
+
+def _check_bias(bias, shape) -> Array | None:
+    if bias is None:
+        return None
+    bias = _float_array("bias", bias, min_ndim=0)
+    try:
+        jnp.broadcast_shapes(bias.shape, shape)
+    except ValueError as err:
+        raise ValueError(f"bias of shape {bias.shape} does not broadcast to sim of shape {shape}") from err
+    return bias
+
+
+def _sim(q, k, beta, bias):
+    s = beta * jnp.einsum("...cd,...pd->...cp", q, k)
+    return s if bias is None else s + bias
+
+
+# ---------------------------------------------------------------------------
+# Cross-attention (§3, eqs. 6-8)
+# ---------------------------------------------------------------------------
+
+
+def cross_energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
+    r"""Cross-attention energy, eq. (6) of Tschantz (2025), with temperature and log-prior.
+
+    .. math:: E^{\mathrm{Cross}} = -\sum_{c=1}^{N_Q} \ln \sum_{p=1}^{N_K}
+              \exp\big(\beta\, q_c^\top k_p + b_{cp}\big).
+
+    The seed's eq. (6) is the case :math:`\beta = 1`, :math:`b = 0`, no mask.
+
+    Args:
+      q: ``(..., N_Q, d)`` queries (children).
+      k: ``(..., N_K, d)`` keys (parents).
+      beta: inverse temperature, a scalar ``> 0``.
+      mask: optional boolean broadcastable to ``(..., N_Q, N_K)``; ``True``
+        marks an allowed edge.
+      bias: optional additive log-prior :math:`b`, broadcastable to
+        ``(..., N_Q, N_K)``.
+
+    Returns:
+      Scalar energy (leading batch axes are summed).
+    """
+    q, k = _check_qk(q, k)
+    _check_beta(beta)
+    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    return core.energy(_sim(q, k, beta, bias), mask)
+
+
+def cross_grad_queries(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
+    r""":math:`\partial E^{\mathrm{Cross}}/\partial q_c`, eq. (7) of Tschantz (2025).
+
+    .. math:: -\frac{\partial E}{\partial q_c} = \beta \sum_p w_{cp}\, k_p,
+              \qquad w_{cp} = \mathrm{softmax}_p(\beta q_c^\top k_p + b_{cp}),
+
+    i.e. the query is pulled towards the softmax-weighted mean of the keys
+    (eq. 7 is the case :math:`\beta = 1`).
+
+    Returns:
+      ``(..., N_Q, d)``, the gradient (not its negative).
+    """
+    q, k = _check_qk(q, k)
+    _check_beta(beta)
+    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    w = core.weights(_sim(q, k, beta, bias), mask)
+    return -beta * jnp.einsum("...cp,...pd->...cd", w, k)
+
+
+def cross_grad_keys(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
+    r""":math:`\partial E^{\mathrm{Cross}}/\partial k_p`, eq. (8) of Tschantz (2025).
+
+    .. math:: -\frac{\partial E}{\partial k_p} = \beta \sum_c w_{cp}\, q_c,
+
+    with the same weights as :func:`cross_grad_queries`: the softmax is over
+    parents :math:`p` (each child's row), and the key collects the queries
+    that chose it. Eq. (8)'s ":math:`\mathrm{softmax}_p`" means exactly this
+    row-normalised :math:`w_{cp}`, summed down the column :math:`p`.
+
+    Returns:
+      ``(..., N_K, d)``.
+    """
+    q, k = _check_qk(q, k)
+    _check_beta(beta)
+    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    w = core.weights(_sim(q, k, beta, bias), mask)
+    return -beta * jnp.einsum("...cp,...cd->...pd", w, q)
+
+
+def _check_cross_tokens(params, xq, xk):
+    if not isinstance(params, AttentionParams):
+        raise ValueError(f"params must be AttentionParams; got {type(params).__name__}")
+    wq = _float_array("params.wq", params.wq)
+    wk = _float_array("params.wk", params.wk)
+    xq = _float_array("xq", xq)
+    xk = _float_array("xk", xk)
+    if wq.ndim != 2 or wk.ndim != 2:
+        raise ValueError(f"params.wq and params.wk must be matrices; got {wq.shape}, {wk.shape}")
+    if wq.shape[0] != wk.shape[0]:
+        raise ValueError(f"params.wq and params.wk must have the same number of rows d_k; got {wq.shape}, {wk.shape}")
+    if xq.shape[-1] != wq.shape[1]:
+        raise ValueError(f"xq has width {xq.shape[-1]} but params.wq expects {wq.shape[1]}")
+    if xk.shape[-1] != wk.shape[1]:
+        raise ValueError(f"xk has width {xk.shape[-1]} but params.wk expects {wk.shape[1]}")
+    return wq, wk, xq, xk
+
+
+def cross_energy_tokens(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, bias=None) -> Array:
+    r"""Eq. (6) as a function of raw tokens: :math:`q_c = W^Q x^Q_c`, :math:`k_p = W^K x^K_p`.
+
+    Args:
+      params: :class:`AttentionParams` with ``wq: (d_k, d_q)``, ``wk: (d_k, d_kin)``.
+      xq: ``(..., N_Q, d_q)`` raw query tokens.
+      xk: ``(..., N_K, d_kin)`` raw key tokens.
+
+    Returns:
+      Scalar energy.
+    """
+    wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
+    return cross_energy(xq @ wq.T, xk @ wk.T, beta=beta, mask=mask, bias=bias)
+
+
+def cross_grad_tokens(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, bias=None):
+    r"""Gradients w.r.t. the raw tokens: eqs. (7)–(8) followed by the chain rule.
+
+    §3 of Tschantz (2025): "when mapping back to the raw tokens, chain-rule
+    multiplies by :math:`W^Q` or :math:`W^K`". Precisely, by their transposes:
+
+    .. math:: \frac{\partial E}{\partial x^Q_c} = W^{Q\top} \frac{\partial E}{\partial q_c}, \qquad
+              \frac{\partial E}{\partial x^K_p} = W^{K\top} \frac{\partial E}{\partial k_p}.
+
+    Returns:
+      ``(dE/dxq, dE/dxk)`` with the shapes of ``xq`` and ``xk``.
+    """
+    wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
+    q, k = xq @ wq.T, xk @ wk.T
+    dq = cross_grad_queries(q, k, beta=beta, mask=mask, bias=bias)
+    dk = cross_grad_keys(q, k, beta=beta, mask=mask, bias=bias)
+    return dq @ wq, dk @ wk
+
+
+def cross_grad_params(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, bias=None) -> AttentionParams:
+    r"""Gradients w.r.t. :math:`W^Q` and :math:`W^K`: eqs. (7)–(8) and the chain rule.
+
+    .. math:: \frac{\partial E}{\partial W^Q} = \sum_c \frac{\partial E}{\partial q_c}\, x_c^{Q\top}
+              = -\beta \sum_{c,p} w_{cp}\, k_p x_c^{Q\top}, \qquad
+              \frac{\partial E}{\partial W^K} = \sum_p \frac{\partial E}{\partial k_p}\, x_p^{K\top}
+              = -\beta \sum_{c,p} w_{cp}\, q_c x_p^{K\top}
+
+    (summed over leading batch axes too).
+
+    Returns:
+      :class:`AttentionParams` of gradients, shaped like ``params``.
+    """
+    wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
+    q, k = xq @ wq.T, xk @ wk.T
+    dq = cross_grad_queries(q, k, beta=beta, mask=mask, bias=bias)
+    dk = cross_grad_keys(q, k, beta=beta, mask=mask, bias=bias)
+    return AttentionParams(
+        wq=jnp.einsum("...ck,...ci->ki", dq, xq),
+        wk=jnp.einsum("...pk,...pi->ki", dk, xk),
+    )
+
+
+# ---------------------------------------------------------------------------
+# Self-attention (§6, eqs. 15-16)
+# ---------------------------------------------------------------------------
+
+
+def _check_self(params, x):
+    if not isinstance(params, AttentionParams):
+        raise ValueError(f"params must be AttentionParams; got {type(params).__name__}")
+    wq = _float_array("params.wq", params.wq)
+    wk = _float_array("params.wk", params.wk)
+    x = _float_array("x", x)
+    if wq.ndim != 2 or wq.shape != wk.shape:
+        raise ValueError(
+            f"params.wq and params.wk must be matrices of the same shape (d_k, d); got {wq.shape}, {wk.shape}"
+        )
+    if x.shape[-1] != wq.shape[1]:
+        raise ValueError(f"x has width {x.shape[-1]} but params.wq expects {wq.shape[1]}")
+    return wq, wk, x
+
+
+def self_energy(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> Array:
+    r"""Self-attention energy, eq. (15) of Tschantz (2025), every token child and parent.
+
+    .. math:: E^{\mathrm{SA}} = -\sum_{c=1}^{N} \ln \sum_{p=1}^{N}
+              \exp\big(\beta\,(W^Q x_c)^\top (W^K x_p) + b_{cp}\big).
+
+    Args:
+      params: :class:`AttentionParams`, ``wq, wk: (d_k, d)``.
+      x: ``(..., N, d)`` tokens.
+      beta: inverse temperature ``> 0``.
+      mask: optional boolean ``(..., N, N)``, e.g. :func:`causal_mask`.
+      bias: optional additive log-prior ``(..., N, N)``.
+
+    Returns:
+      Scalar energy.
+    """
+    wq, wk, x = _check_self(params, x)
+    _check_beta(beta)
+    bias = _check_bias(bias, x.shape[:-1] + x.shape[-2:-1])
+    return core.energy(_sim(x @ wq.T, x @ wk.T, beta, bias), mask)
+
+
+def self_grad_terms(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> GradientTerms:
+    r"""The two terms of :math:`-\partial E^{\mathrm{SA}}/\partial x_i`, eq. (16) of Tschantz (2025).
+
+    .. math::
+
+        -\frac{\partial E}{\partial x_i}
+        = \underbrace{\beta \sum_p w_{ip}\, W^{Q\top} W^K x_p}_{\text{child } i}
+        + \underbrace{\beta \sum_c w_{ci}\, W^{K\top} W^Q x_c}_{\text{parent } i},
+        \qquad w_{cp} = \mathrm{softmax}_p\big(\beta (W^Q x_c)^\top(W^K x_p) + b_{cp}\big).
+
+    The transposes are as printed in eq. (16) and Appendix B:
+    :math:`\partial_{x_c} (W^Q x_c)^\top (W^K x_p) = W^{Q\top} W^K x_p` (the
+    seed writes it :math:`W_Q^\top W_K x_p`, same matrices). The other order,
+    :math:`W^{K\top} W^Q x_p`, is wrong unless :math:`W^{Q\top} W^K` is
+    symmetric; the tests and the chapter check this.
+
+    Returns:
+      :class:`lse_energy.core.GradientTerms` with ``child`` and ``parent``,
+      each ``(..., N, d)``; their sum is :math:`-\partial E/\partial x`.
+    """
+    wq, wk, x = _check_self(params, x)
+    _check_beta(beta)
+    bias = _check_bias(bias, x.shape[:-1] + x.shape[-2:-1])
+    q, k = x @ wq.T, x @ wk.T
+    w = core.weights(_sim(q, k, beta, bias), mask)
+    child = beta * jnp.einsum("...ip,...pk->...ik", w, k) @ wq  # sum_p w_ip W^QT W^K x_p
+    parent = beta * jnp.einsum("...ci,...ck->...ik", w, q) @ wk  # sum_c w_ci W^KT W^Q x_c
+    return GradientTerms(child=child, parent=parent)
+
+
+def self_grad(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> Array:
+    r""":math:`\partial E^{\mathrm{SA}}/\partial x`, eq. (16): minus the sum of :func:`self_grad_terms`.
+
+    Returns:
+      ``(..., N, d)``.
+    """
+    t = self_grad_terms(params, x, beta=beta, mask=mask, bias=bias)
+    return -(t.child + t.parent)
+
+
+# ---------------------------------------------------------------------------
+# Attention as an expectation (Singh & Buckley eq. 1)
+# ---------------------------------------------------------------------------
+
+
+def _default_beta(beta, d: int):
+    if beta is None:
+        return 1.0 / math.sqrt(d)
+    _check_beta(beta)
+    return beta
+
+
+def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:
+    r"""The posterior over edges, :math:`p(\phi_c = p \mid x) = \mathrm{softmax}_p(\beta q_c^\top k_p + b_{cp})`.
+
+    With a uniform structural prior this is Singh & Buckley's
+    :math:`p(\phi \mid x) = \mathrm{softmax}(\ln p(x, \phi))`; a bias
+    :math:`b_{cp} = \ln \pi_{cp}` turns it into the posterior under the prior
+    :math:`\pi` (§6 there). ``beta=None`` means :math:`1/\sqrt{d}`.
+
+    Args:
+      q: ``(..., N_Q, d)``; k: ``(..., N_K, d)``.
+
+    Returns:
+      ``(..., N_Q, N_K)``; rows sum to one over allowed edges.
+    """
+    q, k = _check_qk(q, k)
+    beta = _default_beta(beta, q.shape[-1])
+    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    return core.weights(_sim(q, k, beta, bias), mask)
+
+
+def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
+    r"""Attention :math:`\mathrm{softmax}(\beta\, q k^\top + b)\, v`, an expectation over edges.
+
+    Singh & Buckley (2023) eq. (1): with the factorised structural prior
+    (each query chooses one key, :math:`\phi_c \in \{1..N_K\}`) and value
+    function :math:`v_c(x, \phi_c = p) = v_p`,
+
+    .. math:: \mathrm{attend}(q, k, v)_c = \mathbb{E}_{p(\phi_c \mid x)}[v_{\phi_c}]
+              = \sum_p \mathrm{softmax}_p(\beta q_c^\top k_p + b_{cp})\, v_p.
+
+    Args:
+      q: ``(..., N_Q, d)`` queries.
+      k: ``(..., N_K, d)`` keys.
+      v: ``(..., N_K, d_v)`` values.
+      beta: inverse temperature; ``None`` means :math:`1/\sqrt{d}` (lecture
+        notes §31).
+      mask: optional boolean broadcastable to ``(..., N_Q, N_K)``.
+      bias: optional additive log-prior broadcastable to ``(..., N_Q, N_K)``.
+
+    Returns:
+      ``(..., N_Q, d_v)``.
+    """
+    v = _float_array("v", v)
+    q, k = _check_qk(q, k)
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v must have one row per key: k{k.shape} but v{v.shape}")
+    w = attention_weights(q, k, beta=beta, mask=mask, bias=bias)
+    return jnp.einsum("...cp,...pe->...ce", w, v)
+
+
+def edge_prior(bias, mask=None) -> Array:
+    r"""The normalised edge prior :math:`\pi_{cp} \propto \exp b_{cp}` of an additive bias.
+
+    Singh & Buckley §6: a positional bias is a non-uniform structural prior.
+    ``softmax(sim + b) = `` posterior under :math:`\pi` (Bayes' rule).
+
+    Args:
+      bias: ``(..., N_Q, N_K)``.
+
+    Returns:
+      ``(..., N_Q, N_K)``, rows summing to one.
+    """
+    bias = _float_array("bias", bias)
+    return core.weights(bias, mask)
+
+
+def prior_energy(sim, prior) -> Array:
+    r"""Energy under a non-uniform edge prior: :math:`-\sum_c \ln \sum_p \pi_{cp} \exp \mathrm{sim}_{cp}`.
+
+    This is :math:`-\sum_c \ln p(x_c)` for the mixture whose edge prior is
+    :math:`\pi` (up to the node potentials). It is computed directly from
+    :math:`\pi` (not through a bias), so that
+    ``core.energy(sim + log(pi)) == prior_energy(sim, pi)`` is a real check
+    of the log-prior reading. Edges with :math:`\pi_{cp} = 0` are excluded.
+
+    Args:
+      sim: ``(..., C, P)``.
+      prior: ``(..., C, P)``, non-negative, rows summing to one.
+
+    Returns:
+      Scalar.
+    """
+    sim = _float_array("sim", sim)
+    prior = _float_array("prior", prior)
+    if _concrete(prior):
+        p = np.asarray(prior)
+        if np.any(p < 0) or not np.allclose(p.sum(-1), 1.0, rtol=0, atol=1e-10):
+            raise ValueError("prior must be non-negative with rows summing to one")
+    m = jax.lax.stop_gradient(jnp.max(sim, axis=-1, keepdims=True))
+    return -jnp.sum(jnp.log(jnp.sum(prior * jnp.exp(sim - m), axis=-1)) + m[..., 0])
+
+
+# ---------------------------------------------------------------------------
+# Transformer pieces (lecture notes §31)
+# ---------------------------------------------------------------------------
+
+
+def init_attention(d_in: int, d_k: int, *, key, scale: float = 1.0) -> AttentionParams:
+    r"""Gaussian :math:`W^Q, W^K` with entries :math:`\mathcal{N}(0, \mathrm{scale}^2/d_{in})`."""
+    if d_in < 1 or d_k < 1:
+        raise ValueError(f"d_in and d_k must be >= 1; got {d_in}, {d_k}")
+    k1, k2 = jax.random.split(key)
+    s = scale / math.sqrt(d_in)
+    return AttentionParams(
+        wq=s * jax.random.normal(k1, (d_k, d_in)),
+        wk=s * jax.random.normal(k2, (d_k, d_in)),
+    )
+
+
+def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key) -> MultiHeadParams:
+    r"""Gaussian multi-head parameters, :math:`\mathcal{N}(0, 1/\text{fan-in})` entries.
+
+    ``d_head`` defaults to ``d_model // n_heads``; the value width equals ``d_head``.
+    """
+    if n_heads < 1:
+        raise ValueError(f"n_heads must be >= 1; got {n_heads}")
+    if d_head is None:
+        if d_model % n_heads:
+            raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
+        d_head = d_model // n_heads
+    if d_head < 1 or d_model < 1:
+        raise ValueError(f"d_model and d_head must be >= 1; got {d_model}, {d_head}")
+    kq, kk, kv, ko = jax.random.split(key, 4)
+    a = 1.0 / math.sqrt(d_model)
+    return MultiHeadParams(
+        wq=a * jax.random.normal(kq, (n_heads, d_head, d_model)),
+        wk=a * jax.random.normal(kk, (n_heads, d_head, d_model)),
+        wv=a * jax.random.normal(kv, (n_heads, d_head, d_model)),
+        wo=jax.random.normal(ko, (n_heads, d_model, d_head)) / math.sqrt(n_heads * d_head),
+    )
+
+
+def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mask=None, bias=None) -> Array:
+    r"""Multi-head attention (see :class:`MultiHeadParams` for the formula).
+
+    Each head is :func:`attend` on its own projections; ``beta=None`` means
+    :math:`1/\sqrt{d_{head}}`.
+
+    Args:
+      params: :class:`MultiHeadParams`.
+      xq: ``(..., N_Q, d_model)`` query tokens.
+      xkv: ``(..., N_K, d_model)`` key/value tokens; ``None`` for
+        self-attention (``xkv = xq``).
+      mask: optional boolean broadcastable to ``(..., H, N_Q, N_K)``
+        (a ``(N_Q, N_K)`` mask applies to every head).
+      bias: optional log-prior broadcastable to ``(..., H, N_Q, N_K)``.
+
+    Returns:
+      ``(..., N_Q, d_model)``.
+    """
+    if not isinstance(params, MultiHeadParams):
+        raise ValueError(f"params must be MultiHeadParams; got {type(params).__name__}")
+    xq = _float_array("xq", xq)
+    xkv = xq if xkv is None else _float_array("xkv", xkv)
+    H, dh, dm = params.wq.shape
+    if params.wk.shape != (H, dh, dm) or params.wv.shape[::2] != (H, dm) or params.wo.shape[:2] != (H, dm) \
+            or params.wo.shape[2] != params.wv.shape[1]:
+        raise ValueError(
+            "params must have wq, wk: (H, d_head, d_model), wv: (H, d_v, d_model), wo: (H, d_model, d_v); got "
+            f"{params.wq.shape}, {params.wk.shape}, {params.wv.shape}, {params.wo.shape}"
+        )
+    if xq.shape[-1] != dm or xkv.shape[-1] != dm:
+        raise ValueError(f"xq and xkv must have width d_model={dm}; got {xq.shape}, {xkv.shape}")
+    q = jnp.einsum("hkm,...cm->...hck", params.wq, xq)
+    k = jnp.einsum("hkm,...pm->...hpk", params.wk, xkv)
+    v = jnp.einsum("hkm,...pm->...hpk", params.wv, xkv)
+    heads = attend(q, k, v, beta=beta, mask=mask, bias=bias)  # (..., H, N_Q, d_v)
+    return jnp.einsum("hmk,...hck->...cm", params.wo, heads)
+
+
+def causal_mask(n: int, m: int | None = None) -> Array:
+    r"""Boolean ``(n, m)`` causal mask: query ``i`` may attend to key ``j`` iff ``j <= i``.
+
+    With ``m > n`` the queries are the last ``n`` of ``m`` positions (query
+    ``i`` sits at position ``i + m - n``), so every row keeps at least one key.
+    """
+    m = n if m is None else m
+    if n < 1 or m < n:
+        raise ValueError(f"causal_mask needs 1 <= n <= m; got n={n}, m={m}")
+    return jnp.arange(m)[None, :] <= (jnp.arange(n)[:, None] + (m - n))
+
+
+def relative_position_bias(table, n: int) -> Array:
+    r"""Bias :math:`b_{ij} = t[j - i + n - 1]` that depends only on the offset :math:`j - i`.
+
+    Args:
+      table: ``(2n - 1,)`` (or ``(..., 2n - 1)`` for one table per head),
+        entry ``t[o + n - 1]`` is the log-prior weight of offset ``o = j - i``.
+      n: sequence length.
+
+    Returns:
+      ``(..., n, n)``.
+    """
+    table = _float_array("table", table, min_ndim=1)
+    if table.shape[-1] != 2 * n - 1:
+        raise ValueError(f"table must have 2n - 1 = {2 * n - 1} entries in its last axis; got {table.shape}")
+    idx = jnp.arange(n)[None, :] - jnp.arange(n)[:, None] + n - 1
+    return table[..., idx]
+
+
+def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
+    r"""Sinusoidal positional encodings of lecture notes §31, ``(n, d)``.
+
+    .. math:: \mathrm{PE}(i)_{2j} = \sin(i\,\omega_j), \quad
+              \mathrm{PE}(i)_{2j+1} = \cos(i\,\omega_j), \quad
+              \omega_j = \mathrm{base}^{-2j/d}.
+    """
+    if n < 1:
+        raise ValueError(f"n must be >= 1; got {n}")
+    if d < 2 or d % 2:
+        raise ValueError(f"d must be a positive even integer; got {d}")
+    if not base > 1:
+        raise ValueError(f"base must be > 1; got {base}")
+    omega = base ** (-2.0 * jnp.arange(d // 2) / d)
+    ang = jnp.arange(n)[:, None] * omega[None, :]
+    return jnp.stack([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(n, d)
+
+
+def sinusoidal_shift(k, d: int, *, base: float = 10000.0) -> Array:
+    r"""The rotation :math:`R(k)` with :math:`\mathrm{PE}(i + k) = R(k)\, \mathrm{PE}(i)` for all ``i``.
+
+    Block diagonal, one :math:`2 \times 2` block per frequency:
+    :math:`\begin{pmatrix} \cos k\omega_j & \sin k\omega_j \\ -\sin k\omega_j & \cos k\omega_j \end{pmatrix}`
+    (from :math:`\sin(a+b)` and :math:`\cos(a+b)`), independent of ``i``; so
+    :math:`\mathrm{PE}(i)^\top \mathrm{PE}(j)` depends on :math:`j - i` only.
+
+    Returns:
+      ``(d, d)`` orthogonal matrix.
+    """
+    if d < 2 or d % 2:
+        raise ValueError(f"d must be a positive even integer; got {d}")
+    omega = base ** (-2.0 * jnp.arange(d // 2) / d)
+    c, s = jnp.cos(k * omega), jnp.sin(k * omega)
+    blocks = jnp.stack([jnp.stack([c, s], -1), jnp.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
+    return jax.scipy.linalg.block_diag(*blocks)
+
+
+# ---------------------------------------------------------------------------
+# Iterative attention: collapsed free energy and CCCP (Singh & Buckley §4)
+# ---------------------------------------------------------------------------
+
+_PRIORS = ("hopfield", "slot")
+
+
+def _check_structural(mu, x, w, prior):
+    mu = _float_array("mu", mu)
+    x = _float_array("x", x)
+    w = _float_array("w", w)
+    if mu.ndim != 2 or x.ndim != 2 or w.ndim != 2:
+        raise ValueError(f"mu, x and w must be matrices; got {mu.shape}, {x.shape}, {w.shape}")
+    if w.shape != (mu.shape[1], x.shape[1]):
+        raise ValueError(f"w must have shape (d_mu, d_x) = {(mu.shape[1], x.shape[1])}; got {w.shape}")
+    if prior not in _PRIORS:
+        raise ValueError(f"prior must be one of {_PRIORS}; got {prior!r}")
+    return mu, x, w
+
+
+def _edge_potentials(mu, x, w):
+    return mu @ w @ x.T  # (m latents, n observations): psi(x_j, z_i) = z_i^T W x_j
+
+
+def collapsed_free_energy(mu, x, w, *, prior: str = "hopfield") -> Array:
+    r"""Collapsed (first-order Laplace) free energy of a pMRF with quadratic node potentials.
+
+    Singh & Buckley §4: node potentials :math:`-\tfrac12\|\mu_i\|^2`, edge
+    potentials :math:`\psi(x_j, \mu_i) = \mu_i^\top W x_j`, structural
+    variables marginalised under a factorised uniform prior:
+
+    * ``prior="hopfield"``: each latent :math:`i` picks one observation
+      (:math:`\phi_i \sim \mathrm{Uniform}\{(x_1, z_i), \dots, (x_n, z_i)\}`),
+
+      .. math:: F = \tfrac12 \sum_i \|\mu_i\|^2 - \sum_i \ln \sum_j \exp(\mu_i^\top W x_j);
+
+    * ``prior="slot"``: each observation :math:`j` picks one latent,
+
+      .. math:: F = \tfrac12 \sum_i \|\mu_i\|^2 - \sum_j \ln \sum_i \exp(\mu_i^\top W x_j).
+
+    (Constants :math:`\ln n` / :math:`\ln m` from the uniform prior are dropped.)
+
+    Args:
+      mu: ``(m, d_mu)`` latent means. x: ``(n, d_x)`` observations.
+      w: ``(d_mu, d_x)``.
+
+    Returns:
+      Scalar.
+    """
+    mu, x, w = _check_structural(mu, x, w, prior)
+    return _free_energy_inner(mu, x, w, prior)
+
+
+def cccp_step(mu, x, w, *, prior: str = "hopfield") -> Array:
+    r"""The CCCP fixed-point map, eq. (8) of Singh & Buckley (2023).
+
+    :math:`F` = convex :math:`\tfrac12\|\mu\|^2` + concave
+    :math:`-\sum \ln\sum \exp(\text{linear in } \mu)`. CCCP sets the gradient
+    of the convex part at :math:`\mu^*` to minus that of the concave part at
+    :math:`\mu`:
+
+    .. math:: \mu_i^* = \sum_j a_{ij}\, W x_j, \qquad
+              a_{ij} = \begin{cases} \mathrm{softmax}_j(\mu_i^\top W x_j) & \text{hopfield} \\
+                                     \mathrm{softmax}_i(\mu_i^\top W x_j) & \text{slot} \end{cases}
+
+    and guarantees :math:`F(\mu^*) \le F(\mu)`.
+
+    Returns:
+      ``(m, d_mu)``.
+    """
+    mu, x, w = _check_structural(mu, x, w, prior)
+    return _cccp_body(mu, x, w, prior)
+
+
+def cccp(mu0, x, w, *, prior: str = "hopfield", n_steps: int = 20):
+    r"""Iterate :func:`cccp_step` ``n_steps`` times (jitted ``lax.scan``).
+
+    Returns:
+      ``(mu, trace)``: the final ``(m, d_mu)`` means and the ``(n_steps + 1,)``
+      free energies :math:`F(\mu^{(0)}), \dots, F(\mu^{(T)})`.
+    """
+    mu0, x, w = _check_structural(mu0, x, w, prior)
+    if n_steps < 0:
+        raise ValueError(f"n_steps must be >= 0; got {n_steps}")
+    return _cccp(mu0, x, w, prior=prior, n_steps=int(n_steps))
+
+
+def _cccp_body(mu, x, w, prior):
+    s = _edge_potentials(mu, x, w)
+    a = core.weights(s) if prior == "hopfield" else core.weights(s.T).T
+    return a @ (x @ w.T)
+
+
+def _free_energy_inner(mu, x, w, prior):
+    s = _edge_potentials(mu, x, w)
+    lse = core.energy(s) if prior == "hopfield" else core.energy(s.T)
+    return 0.5 * jnp.sum(mu**2) + lse
+
+
+@partial(jax.jit, static_argnames=("prior", "n_steps"))
+def _cccp(mu0, x, w, prior, n_steps):
+    def step(mu, _):
+        new = _cccp_body(mu, x, w, prior)
+        return new, _free_energy_inner(new, x, w, prior)
+
+    mu, fs = jax.lax.scan(step, mu0, None, length=n_steps)
+    return mu, jnp.concatenate([_free_energy_inner(mu0, x, w, prior)[None], fs])
