@@ -1,0 +1,576 @@
+r"""Gaussian mixture models as a log-sum-exp energy (§2 and Appendix B of Tschantz 2025).
+
+The data points :math:`x_i \in \mathbb{R}^d` (:math:`i = 1..N`) are the
+*children* and the mixture components :math:`k = 1..K`, with weight
+:math:`\pi_k`, mean :math:`\mu_k` and covariance :math:`\Sigma_k`, are the
+*parents*. With the similarity
+
+.. math::
+
+    \mathrm{sim}(x_i, \mu_k) = \ln \pi_k + \ln \mathcal N(x_i \mid \mu_k, \Sigma_k)
+    = \ln\pi_k - \tfrac12 (x_i-\mu_k)^\top \Sigma_k^{-1} (x_i-\mu_k)
+      - \tfrac12 \ln |2\pi \Sigma_k|
+
+the log-sum-exp energy (eq. 2 / eq. 5)
+
+.. math::
+
+    E = -\sum_i \ln \sum_k \exp \mathrm{sim}(x_i, \mu_k)
+      = -\sum_i \ln \sum_k \pi_k \mathcal N(x_i \mid \mu_k, \Sigma_k)
+
+is the exact negative log-likelihood of the mixture. The seed's similarity
+(§2 and Appendix B) omits the normaliser :math:`-\frac12\ln|2\pi\Sigma_k|`;
+that version is available as :func:`seed_energy` (and ``normalised=False``
+in :func:`sim`, :func:`responsibilities` and the gradients). It equals the
+exact energy up to the constant :math:`\frac N2 \ln|2\pi\Sigma|` only when all
+components share one covariance; otherwise it changes the responsibilities
+and the optimum, and it has no minimiser in the covariances at all (see the
+chapter *Gaussian mixtures*).
+
+Every Gaussian log-density is computed from the Cholesky factor
+:math:`\Sigma_k = L_k L_k^\top`:
+:math:`(x-\mu)^\top\Sigma^{-1}(x-\mu) = \|L^{-1}(x-\mu)\|^2` and
+:math:`\ln|\Sigma| = 2\sum_j \ln (L)_{jj}`.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.scipy.linalg import solve_triangular
+
+from lse_energy import core
+
+Array = jax.Array
+
+__all__ = [
+    "GMMParams",
+    "sim",
+    "energy",
+    "seed_energy",
+    "responsibilities",
+    "free_energy",
+    "grad_means",
+    "grad_x",
+    "grad_covariances",
+    "grad_weights",
+    "em_step",
+    "initialize",
+    "fit",
+]
+
+
+class GMMParams(NamedTuple):
+    r"""Parameters of a :math:`K`-component Gaussian mixture in :math:`\mathbb{R}^d`.
+
+    .. math:: p(x) = \sum_{k=1}^K \pi_k\, \mathcal N(x \mid \mu_k, \Sigma_k)
+
+    Attributes:
+      weights: ``(K,)`` mixing proportions :math:`\pi_k > 0`, :math:`\sum_k \pi_k = 1`.
+      means: ``(K, d)`` component means :math:`\mu_k` (the parent nodes).
+      covariances: ``(K, d, d)`` symmetric positive-definite :math:`\Sigma_k`.
+    """
+
+    weights: Array
+    means: Array
+    covariances: Array
+
+
+# ---------------------------------------------------------------------------
+# Validation (public boundary only)
+# ---------------------------------------------------------------------------
+
+
+def _concrete(*arrays) -> bool:
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def _float(a):
+    a = jnp.asarray(a)
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        a = a.astype(jnp.result_type(float))
+    return a
+
+
+def _check_x(x, d: int | None = None) -> Array:
+    x = _float(x)
+    if x.ndim != 2:
+        raise ValueError(f"x must have shape (N, d); got shape {x.shape}")
+    if x.shape[0] < 1 or x.shape[1] < 1:
+        raise ValueError(f"x must have N >= 1 points of dimension d >= 1; got shape {x.shape}")
+    if d is not None and x.shape[1] != d:
+        raise ValueError(f"x has dimension {x.shape[1]} but params.means has d = {d}")
+    if _concrete(x) and not np.all(np.isfinite(np.asarray(x))):
+        raise ValueError("x must be finite")
+    return x
+
+
+def _check_params(params) -> GMMParams:
+    if not isinstance(params, tuple) or len(params) != 3:
+        raise ValueError("params must be GMMParams(weights, means, covariances)")
+    weights, means, covariances = (_float(a) for a in params)
+    if means.ndim != 2:
+        raise ValueError(f"params.means must have shape (K, d); got shape {means.shape}")
+    K, d = means.shape
+    if K < 1:
+        raise ValueError(f"params.means must have K >= 1 components; got shape {means.shape}")
+    if d < 1:
+        raise ValueError(f"params.means must have d >= 1; got shape {means.shape}")
+    if weights.shape != (K,):
+        raise ValueError(f"params.weights must have shape (K,) = ({K},); got shape {weights.shape}")
+    if covariances.shape != (K, d, d):
+        raise ValueError(
+            f"params.covariances must have shape (K, d, d) = ({K}, {d}, {d}); got shape {covariances.shape}"
+        )
+    if _concrete(weights, means, covariances):
+        w, m, c = (np.asarray(a, np.float64) for a in (weights, means, covariances))
+        for name, a in (("weights", w), ("means", m), ("covariances", c)):
+            if not np.all(np.isfinite(a)):
+                raise ValueError(f"params.{name} must be finite")
+        if np.any(w <= 0):
+            raise ValueError("params.weights must be strictly positive (ln pi_k enters sim)")
+        tol = math.sqrt(float(jnp.finfo(weights.dtype).eps))
+        if abs(w.sum() - 1.0) > tol:
+            raise ValueError(f"params.weights must sum to 1; they sum to {w.sum():.12g}")
+        scale = np.maximum(np.abs(c).max(axis=(1, 2)), np.finfo(np.float64).tiny)
+        asym = np.abs(c - np.swapaxes(c, 1, 2)).max(axis=(1, 2)) / scale
+        if np.any(asym > tol):
+            k = int(np.argmax(asym))
+            raise ValueError(f"params.covariances[{k}] is not symmetric")
+        for k in range(K):
+            try:
+                np.linalg.cholesky(c[k])
+            except np.linalg.LinAlgError:
+                raise ValueError(f"params.covariances[{k}] is not positive definite") from None
+    return GMMParams(weights, means, covariances)
+
+
+def _check_reg(reg_covar) -> float:
+    try:
+        reg = float(reg_covar)
+    except (TypeError, ValueError):
+        raise ValueError(f"reg_covar must be a non-negative float; got {reg_covar!r}") from None
+    if not (math.isfinite(reg) and reg >= 0.0):
+        raise ValueError(f"reg_covar must be a finite non-negative float; got {reg_covar!r}")
+    return reg
+
+
+# ---------------------------------------------------------------------------
+# Internals (trust their callers)
+# ---------------------------------------------------------------------------
+
+
+def _cholesky(covariances: Array) -> Array:
+    # symmetrize_input=True (the default) makes the derivative symmetric in Sigma.
+    return jnp.linalg.cholesky(covariances)
+
+
+_tri_solve = jax.vmap(
+    lambda L, b, trans: solve_triangular(L, b, lower=True, trans=trans),
+    in_axes=(0, 0, None),
+)
+
+
+def _whitened(params: GMMParams, x: Array):
+    """Return ``L (K,d,d)``, ``diff (K,N,d)`` and ``z = L^{-1} diff`` as ``(K,d,N)``."""
+    L = _cholesky(params.covariances)
+    diff = x[None, :, :] - params.means[:, None, :]
+    z = _tri_solve(L, jnp.swapaxes(diff, 1, 2), 0)
+    return L, diff, z
+
+
+def _sim(params: GMMParams, x: Array, normalised: bool) -> Array:
+    L, _, z = _whitened(params, x)
+    s = jnp.log(params.weights)[None, :] - 0.5 * jnp.sum(z**2, axis=1).T
+    if normalised:
+        d = x.shape[1]
+        logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+        s = s - 0.5 * (d * math.log(2.0 * math.pi) + logdet)[None, :]
+    return s
+
+
+def _precision_times_diff(params: GMMParams, x: Array):
+    r"""``L (K,d,d)``, ``diff (K,N,d)`` and ``u = \Sigma_k^{-1}(x_i - \mu_k)`` as ``(K,N,d)``."""
+    L, diff, z = _whitened(params, x)
+    u = jnp.swapaxes(_tri_solve(L, z, 1), 1, 2)  # L^{-T} L^{-1} diff
+    return L, diff, u
+
+
+# ---------------------------------------------------------------------------
+# Energy
+# ---------------------------------------------------------------------------
+
+
+def sim(params: GMMParams, x, *, normalised: bool = True) -> Array:
+    r"""The similarity matrix :math:`\mathrm{sim}(x_i, \mu_k)` of §2.
+
+    .. math::
+
+        \mathrm{sim}(x_i, \mu_k) = \ln\pi_k
+        - \tfrac12 (x_i-\mu_k)^\top \Sigma_k^{-1} (x_i-\mu_k)
+        \;\big[ - \tfrac12 \ln|2\pi\Sigma_k| \big]
+
+    Args:
+      params: :class:`GMMParams` with shapes ``(K,)``, ``(K, d)``, ``(K, d, d)``.
+      x: ``(N, d)`` data points.
+      normalised: include the bracketed Gaussian normaliser (default). With
+        ``False`` this is the seed's sim exactly as printed in §2 / Appendix B.
+
+    Returns:
+      ``(N, K)`` array; ``sim[i, k] = ln pi_k + ln N(x_i | mu_k, Sigma_k)``
+      when ``normalised``.
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    return _sim(params, x, normalised)
+
+
+def energy(params: GMMParams, x) -> Array:
+    r"""Exact negative log-likelihood, eq. (5) with the normalised sim.
+
+    .. math::
+
+        E = -\sum_{i=1}^N \ln \sum_{k=1}^K \pi_k\, \mathcal N(x_i \mid \mu_k, \Sigma_k)
+
+    ``energy(params, x) / N`` equals ``-GaussianMixture.score(x)`` of
+    scikit-learn at the same parameters.
+
+    Args:
+      params: :class:`GMMParams`.
+      x: ``(N, d)``.
+
+    Returns:
+      Scalar.
+    """
+    return core.energy(sim(params, x, normalised=True))
+
+
+def seed_energy(params: GMMParams, x) -> Array:
+    r"""The seed's eq. (5) as printed: the log-sum-exp of the *unnormalised* sim.
+
+    .. math::
+
+        E^{\text{seed}} = -\sum_i \ln \sum_k \pi_k
+        \exp\!\big(-\tfrac12 (x_i-\mu_k)^\top \Sigma_k^{-1} (x_i-\mu_k)\big)
+
+    With one shared covariance :math:`\Sigma`,
+    :math:`E = E^{\text{seed}} + \frac N2 \ln|2\pi\Sigma|`; with unequal
+    covariances the two differ by more than a constant.
+
+    Returns:
+      Scalar.
+    """
+    return core.energy(sim(params, x, normalised=False))
+
+
+def responsibilities(params: GMMParams, x, *, normalised: bool = True) -> Array:
+    r"""The softmax weights of eq. (4): :math:`r_{ik} = \mathrm{softmax}_k\, \mathrm{sim}(x_i, \mu_k)`.
+
+    With ``normalised=True`` this is the posterior
+    :math:`p(z_i = k \mid x_i) = \pi_k \mathcal N(x_i|\mu_k,\Sigma_k) / \sum_j \pi_j \mathcal N(x_i|\mu_j,\Sigma_j)`
+    (the E-step); with ``False`` it is the seed's :math:`\mathrm{softmax}_k(A_{ik})`.
+
+    Returns:
+      ``(N, K)`` array with rows summing to one.
+    """
+    return core.weights(sim(params, x, normalised=normalised))
+
+
+def free_energy(params: GMMParams, x, resp) -> Array:
+    r"""The EM upper bound (variational free energy) :math:`F(q, \theta) \ge E(\theta)`.
+
+    .. math::
+
+        F(q, \theta) = -\sum_{i,k} q_{ik}\,\big(\mathrm{sim}(x_i,\mu_k) - \ln q_{ik}\big)
+        = E(\theta) + \sum_i \mathrm{KL}\big(q_i \,\|\, r_i(\theta)\big),
+
+    with the normalised sim and :math:`r = ` :func:`responsibilities`. The
+    E-step sets :math:`q = r(\theta)` (making the bound tight); the M-step of
+    :func:`em_step` minimises :math:`F(q, \cdot)` in closed form. Entries with
+    :math:`q_{ik} = 0` contribute :math:`0 \ln 0 = 0`.
+
+    Args:
+      params: :class:`GMMParams`.
+      x: ``(N, d)``.
+      resp: ``(N, K)`` non-negative, rows summing to one.
+
+    Returns:
+      Scalar.
+    """
+    s = sim(params, x, normalised=True)
+    resp = _float(resp)
+    if resp.shape != s.shape:
+        raise ValueError(f"resp must have shape (N, K) = {s.shape}; got shape {resp.shape}")
+    if _concrete(resp):
+        q = np.asarray(resp, np.float64)
+        if not np.all(np.isfinite(q)) or np.any(q < 0):
+            raise ValueError("resp must be finite and non-negative")
+        if np.max(np.abs(q.sum(axis=1) - 1.0)) > math.sqrt(float(jnp.finfo(resp.dtype).eps)):
+            raise ValueError("resp rows must sum to 1")
+    safe = jnp.where(resp > 0, resp, 1.0)
+    return -jnp.sum(resp * (s - jnp.log(safe)))
+
+
+# ---------------------------------------------------------------------------
+# Analytic gradients
+# ---------------------------------------------------------------------------
+
+
+def grad_means(params: GMMParams, x, *, normalised: bool = True) -> Array:
+    r""":math:`\partial E / \partial \mu_k`, the parent part of eq. (4) (§2 "Gradients", Appendix B).
+
+    .. math::
+
+        -\frac{\partial E}{\partial \mu_k} = \sum_{i} r_{ik}\, \Sigma_k^{-1} (x_i - \mu_k)
+
+    using :math:`\partial\,\mathrm{sim}/\partial\mu_k = \Sigma_k^{-1}(x_i-\mu_k)`
+    (Appendix B). The normaliser does not depend on :math:`\mu_k`, so the
+    form is the same for :func:`energy` and :func:`seed_energy`; only the
+    responsibilities :math:`r_{ik}` differ (``normalised`` selects which energy).
+
+    Returns:
+      ``(K, d)``.
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    r = core.weights(_sim(params, x, normalised))
+    _, _, u = _precision_times_diff(params, x)
+    return -jnp.einsum("ik,kid->kd", r, u)
+
+
+def grad_x(params: GMMParams, x, *, normalised: bool = True) -> Array:
+    r""":math:`\partial E / \partial x_i`, the child part of eq. (4) (not printed in the seed).
+
+    .. math::
+
+        \frac{\partial E}{\partial x_i} = \sum_{k} r_{ik}\, \Sigma_k^{-1} (x_i - \mu_k),
+
+    since :math:`\partial\,\mathrm{sim}/\partial x_i = -\Sigma_k^{-1}(x_i-\mu_k)`.
+    Descending it pulls each point towards the responsibility-weighted
+    component means. Same form for both energies (see :func:`grad_means`).
+
+    Returns:
+      ``(N, d)``.
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    r = core.weights(_sim(params, x, normalised))
+    _, _, u = _precision_times_diff(params, x)
+    return jnp.einsum("ik,kid->id", r, u)
+
+
+def grad_covariances(params: GMMParams, x, *, normalised: bool = True) -> Array:
+    r""":math:`\partial E / \partial \Sigma_k` (symmetric), eq. (4) with the sim-derivative w.r.t. :math:`\Sigma_k`.
+
+    .. math::
+
+        \frac{\partial E}{\partial \Sigma_k} = \tfrac12 \sum_i r_{ik}
+        \big( c\,\Sigma_k^{-1} - \Sigma_k^{-1}(x_i-\mu_k)(x_i-\mu_k)^\top\Sigma_k^{-1} \big)
+
+    with :math:`c = 1` for the exact energy (the :math:`\Sigma_k^{-1}` term is
+    the derivative of :math:`\frac12\ln|2\pi\Sigma_k|`) and :math:`c = 0` for
+    the seed's energy, whose gradient is then negative semi-definite: the
+    seed energy always decreases as a covariance grows, so it has no
+    minimiser in :math:`\Sigma_k`. The seed does not print this derivative.
+
+    Returns:
+      ``(K, d, d)``, symmetric; equal to ``jax.grad`` through the
+      (symmetrising) Cholesky factorisation.
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    r = core.weights(_sim(params, x, normalised))
+    L, _, u = _precision_times_diff(params, x)
+    outer = jnp.einsum("ik,kia,kib->kab", r, u, u)
+    if not normalised:
+        return -0.5 * outer
+    d = x.shape[1]
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=L.dtype), L.shape)
+    precision = _tri_solve(L, _tri_solve(L, eye, 0), 1)
+    precision = 0.5 * (precision + jnp.swapaxes(precision, 1, 2))
+    Nk = jnp.sum(r, axis=0)
+    return 0.5 * (Nk[:, None, None] * precision - outer)
+
+
+def grad_weights(params: GMMParams, x, *, normalised: bool = True) -> Array:
+    r""":math:`\partial E / \partial \pi_k`, treating :math:`\pi` as free in :math:`\ln\pi_k` of sim.
+
+    .. math::
+
+        \frac{\partial E}{\partial \pi_k} = -\frac{N_k}{\pi_k},\qquad N_k = \sum_i r_{ik}.
+
+    On the simplex only the tangential part matters; the Lagrange condition
+    :math:`-N_k/\pi_k + \lambda = 0` gives the M-step :math:`\pi_k = N_k/N`.
+    For the softmax parameterisation :math:`\pi = \mathrm{softmax}(\eta)` the
+    chain rule gives :math:`\partial E/\partial\eta_k = N\pi_k - N_k`.
+
+    Returns:
+      ``(K,)``.
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    r = core.weights(_sim(params, x, normalised))
+    return -jnp.sum(r, axis=0) / params.weights
+
+
+# ---------------------------------------------------------------------------
+# Dynamics: EM
+# ---------------------------------------------------------------------------
+
+
+def _em_step(params: GMMParams, x: Array, reg_covar) -> GMMParams:
+    N, d = x.shape
+    r = core.weights(_sim(params, x, True))  # E-step
+    Nk = jnp.sum(r, axis=0)
+    means = (r.T @ x) / Nk[:, None]
+    diff = x[None, :, :] - means[:, None, :]
+    cov = jnp.einsum("ik,kia,kib->kab", r, diff, diff) / Nk[:, None, None]
+    cov = cov + reg_covar * jnp.eye(d, dtype=x.dtype)
+    return GMMParams(weights=Nk / N, means=means, covariances=cov)
+
+
+_em_step_jit = jax.jit(_em_step)
+
+
+def em_step(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
+    r"""One EM iteration: E-step (responsibilities), then the closed-form M-step.
+
+    .. math::
+
+        r_{ik} &= \mathrm{softmax}_k\,\mathrm{sim}(x_i, \mu_k), \qquad N_k = \textstyle\sum_i r_{ik},\\
+        \mu_k' &= \frac{1}{N_k}\sum_i r_{ik}\, x_i
+            \quad\text{(zero of eq. (4)'s } \partial E/\partial\mu_k \text{ with } r \text{ frozen, §2)},\\
+        \Sigma_k' &= \frac{1}{N_k}\sum_i r_{ik}\,(x_i-\mu_k')(x_i-\mu_k')^\top + \texttt{reg\_covar}\, I,\\
+        \pi_k' &= N_k / N \quad\text{(Lagrange multiplier for } \textstyle\sum_k\pi_k = 1).
+
+    With ``reg_covar = 0`` the energy never increases. ``reg_covar`` plays
+    the role of scikit-learn's parameter of the same name (whose default
+    there is ``1e-6``); pass the same value to both to compare them. One call
+    equals one iteration of ``GaussianMixture.fit``.
+
+    Args:
+      params: :class:`GMMParams`.
+      x: ``(N, d)``.
+      reg_covar: non-negative ridge added to each covariance.
+
+    Returns:
+      The updated :class:`GMMParams`.
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    reg = _check_reg(reg_covar)
+    return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
+
+
+def initialize(x, n_components: int, *, key, reg_covar: float = 0.0) -> GMMParams:
+    r"""The starting point used by :func:`fit`.
+
+    Means are ``n_components`` distinct data points chosen with ``key``;
+    every covariance is the (biased) sample covariance of ``x`` plus
+    ``reg_covar * I``; weights are uniform :math:`1/K`.
+
+    Args:
+      x: ``(N, d)``.
+      n_components: :math:`K`, with ``1 <= K <= N``.
+      key: a ``jax.random`` key.
+      reg_covar: non-negative ridge added to the covariances.
+
+    Returns:
+      :class:`GMMParams`.
+    """
+    x = _check_x(x)
+    K = _check_components(n_components, x.shape[0])
+    reg = _check_reg(reg_covar)
+    N, d = x.shape
+    idx = jax.random.choice(key, N, shape=(K,), replace=False)
+    centred = x - jnp.mean(x, axis=0)
+    cov = centred.T @ centred / N + reg * jnp.eye(d, dtype=x.dtype)
+    try:
+        np.linalg.cholesky(np.asarray(cov, np.float64))
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
+        ) from None
+    return GMMParams(
+        weights=jnp.full((K,), 1.0 / K, dtype=x.dtype),
+        means=x[idx],
+        covariances=jnp.broadcast_to(cov, (K, d, d)),
+    )
+
+
+def _check_components(n_components, N: int) -> int:
+    try:
+        K = operator.index(n_components)
+    except TypeError:
+        raise ValueError(f"n_components must be an integer; got {n_components!r}") from None
+    if K < 1:
+        raise ValueError(f"n_components must be >= 1; got {K}")
+    if K > N:
+        raise ValueError(f"n_components must be <= N = {N} (number of rows of x); got {K}")
+    return K
+
+
+def _fit_loop(params: GMMParams, x: Array, max_iter: int, tol, reg_covar):
+    N = x.shape[0]
+    e0 = core.energy(_sim(params, x, True))
+    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=x.dtype).at[0].set(e0)
+
+    def cond(carry):
+        i, _, _, done = carry
+        return (i < max_iter) & ~done
+
+    def body(carry):
+        i, p, tr, _ = carry
+        p = _em_step(p, x, reg_covar)
+        e = core.energy(_sim(p, x, True))
+        done = jnp.abs(tr[i] - e) < tol * N  # change in mean log-likelihood < tol
+        return i + 1, p, tr.at[i + 1].set(e), done
+
+    n_iter, params, trace, _ = jax.lax.while_loop(cond, body, (0, params, trace, False))
+    return params, trace, n_iter
+
+
+_fit_loop_jit = jax.jit(_fit_loop, static_argnames=("max_iter",))
+
+
+def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 0.0):
+    r"""Fit a :math:`K`-component mixture by EM from :func:`initialize`.
+
+    The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
+    steps or when the change in mean log-likelihood
+    :math:`|E_{t-1} - E_t| / N` drops below ``tol`` (scikit-learn's rule).
+
+    Args:
+      x: ``(N, d)`` data.
+      n_components: :math:`K \ge 1`.
+      key: ``jax.random`` key choosing the initial means (keyword-only).
+      max_iter: maximum number of EM steps (``>= 0``).
+      tol: convergence threshold on the per-point energy change (``>= 0``).
+      reg_covar: ridge added to every covariance, at initialisation and in
+        each M-step (default 0, as in :func:`em_step`).
+
+    Returns:
+      ``(params, energies)``: the fitted :class:`GMMParams` and the energy
+      trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0` at the
+      initial parameters, :math:`T \le` ``max_iter`` the number of steps
+      taken). With ``reg_covar = 0`` the trace is non-increasing.
+    """
+    x = _check_x(x)
+    try:
+        max_iter = operator.index(max_iter)
+    except TypeError:
+        raise ValueError(f"max_iter must be an integer; got {max_iter!r}") from None
+    if max_iter < 0:
+        raise ValueError(f"max_iter must be >= 0; got {max_iter}")
+    tol_f = float(tol)
+    if not (math.isfinite(tol_f) and tol_f >= 0.0):
+        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}")
+    params = initialize(x, n_components, key=key, reg_covar=reg_covar)
+    reg = jnp.asarray(_check_reg(reg_covar), x.dtype)
+    params, trace, n_iter = _fit_loop_jit(params, x, max_iter, jnp.asarray(tol_f, x.dtype), reg)
+    return params, trace[: int(n_iter) + 1]
