@@ -1,0 +1,713 @@
+r"""Restricted Boltzmann machines: a log-sum-exp energy over binary edges.
+
+This module implements §23 of the lecture notes (``003_…``, "Restricted
+Boltzmann Machines"). Binary visible units :math:`v \in \{0,1\}^m` and hidden
+units :math:`h \in \{0,1\}^n` interact only across the two layers:
+
+.. math::
+
+    E(v, h) = -v^\top W h - b^\top v - c^\top h \qquad \text{(§23.1)},
+    \qquad q(v, h) = e^{-E(v, h)} / Z .
+
+Summing out :math:`h` one unit at a time gives the free energy
+
+.. math::
+
+    F(v) = -\ln \sum_h e^{-E(v,h)}
+         = -b^\top v - \sum_{j=1}^n \ln \sum_{h_j \in \{0, 1\}}
+           \exp\big(h_j\,(c_j + W_{:j}^\top v)\big),
+
+i.e. every hidden unit is a *child* whose two *parents* are its states
+:math:`\{0, 1\}`, with :math:`\mathrm{sim} \in \{0,\ c_j + W_{:j}^\top v\}`.
+That is the log-sum-exp energy of ``core`` (eq. 2 of Tschantz 2025) with a
+fully factorised prior over binary edges, and it is how :func:`free_energy` is
+computed (with :func:`lse_energy.core.logsumexp`). The softmax weights of that
+energy are the conditionals :math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)`.
+
+Two remarks on the notes as printed: the Boltzmann distribution in §23.3 and
+the loss in §23.4 read :math:`\tfrac12 e^{-E}` where :math:`\tfrac1Z e^{-E}` is
+meant, and §23.4 maximises over :math:`v` where it means :math:`\theta`. The
+CD rule of §23.8 updates only :math:`W`; here the biases get the same
+positive-minus-negative update (their statistics are :math:`v` and
+:math:`P(h=1\mid v)`).
+
+Shapes: ``v`` is ``(n_visible,)`` or a batch ``(N, n_visible)``; ``h`` is
+``(n_hidden,)`` or ``(N, n_hidden)``. Per-configuration quantities
+(:func:`energy`, :func:`free_energy`, :func:`log_likelihood`) are returned per
+sample, ``()`` or ``(N,)``: unlike the scalar energies elsewhere in the package,
+they are log-probabilities of individual configurations; sum them for a total.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import core
+
+Array = jax.Array
+
+__all__ = [
+    "RBMParams",
+    "EnergyGap",
+    "GibbsState",
+    "CDTrace",
+    "init_params",
+    "energy",
+    "free_energy",
+    "free_energy_hidden",
+    "free_energy_grad_v",
+    "free_energy_grad_params",
+    "energy_gap",
+    "hidden_probs",
+    "visible_probs",
+    "sample_hidden",
+    "sample_visible",
+    "gibbs",
+    "binary_states",
+    "log_partition",
+    "log_likelihood",
+    "log_likelihood_grad",
+    "cd_gradient",
+    "gibbs_transition_matrix",
+    "expected_cd_gradient",
+    "fit",
+]
+
+MAX_ENUMERATE = 24  # largest layer whose 2**n states we are willing to enumerate
+
+
+class RBMParams(NamedTuple):
+    r"""Parameters of a Bernoulli-Bernoulli RBM.
+
+    .. math:: E(v, h) = -v^\top W h - b^\top v - c^\top h
+
+    Attributes:
+      W: ``(n_visible, n_hidden)`` couplings; column :math:`W_{:j}` is the
+        receptive field ("filter") of hidden unit :math:`j`.
+      b: ``(n_visible,)`` visible biases.
+      c: ``(n_hidden,)`` hidden biases.
+    """
+
+    W: Array
+    b: Array
+    c: Array
+
+
+class EnergyGap(NamedTuple):
+    r"""Energy gaps :math:`\Delta E(u) = E(u = 1) - E(u = 0)` of every unit (§23.2).
+
+    Attributes:
+      visible: same shape as ``v``, :math:`\Delta E(v_i) = -(W h)_i - b_i`.
+      hidden: same shape as ``h``, :math:`\Delta E(h_j) = -(W^\top v)_j - c_j`.
+    """
+
+    visible: Array
+    hidden: Array
+
+
+class GibbsState(NamedTuple):
+    r"""End of a block-Gibbs chain :math:`v \to h \to v \to \dots`.
+
+    Attributes:
+      v: ``(..., n_visible)`` the last visible sample.
+      h: ``(..., n_hidden)`` the hidden sample it was drawn from.
+      v_prob: ``(..., n_visible)`` :math:`P(v = 1 \mid h)`, the mean of ``v``
+        (smoother for display).
+    """
+
+    v: Array
+    h: Array
+    v_prob: Array
+
+
+class CDTrace(NamedTuple):
+    r"""Per-epoch diagnostics of :func:`fit` (cheap, deterministic, not the likelihood).
+
+    Attributes:
+      reconstruction_error: ``(n_epochs,)`` mean over data and pixels of
+        :math:`(v - \sigma(b + W \sigma(c + W^\top v)))^2` after each epoch.
+      free_energy: ``(n_epochs,)`` mean :math:`F(v)` of the training data after
+        each epoch.
+    """
+
+    reconstruction_error: Array
+    free_energy: Array
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _concrete(x) -> bool:
+    return not isinstance(x, jax.core.Tracer)
+
+
+def _check_params(params) -> RBMParams:
+    if not isinstance(params, RBMParams):
+        raise ValueError(f"params must be an RBMParams; got {type(params).__name__}")
+    W, b, c = (jnp.asarray(a) for a in params)
+    if W.ndim != 2:
+        raise ValueError(f"params.W must have shape (n_visible, n_hidden); got {W.shape}")
+    if b.shape != (W.shape[0],):
+        raise ValueError(f"params.b must have shape ({W.shape[0]},) to match W; got {b.shape}")
+    if c.shape != (W.shape[1],):
+        raise ValueError(f"params.c must have shape ({W.shape[1]},) to match W; got {c.shape}")
+    for name, a in (("W", W), ("b", b), ("c", c)):
+        if not jnp.issubdtype(a.dtype, jnp.floating):
+            raise ValueError(f"params.{name} must have a floating dtype; got {a.dtype}")
+        if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
+            raise ValueError(f"params.{name} must be finite")
+    return RBMParams(W, b, c)
+
+
+def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Array:
+    x = jnp.asarray(x)
+    if x.ndim not in (1, 2) or x.shape[-1] != size:
+        raise ValueError(f"{name} must have shape ({size},) or (N, {size}); got {x.shape}")
+    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
+            or x.dtype == jnp.bool_):
+        raise ValueError(f"{name} must be numeric; got dtype {x.dtype}")
+    x = x.astype(dtype)
+    if _concrete(x):
+        arr = np.asarray(x)
+        if not np.all(np.isfinite(arr)):
+            raise ValueError(f"{name} must be finite")
+        if binary and not np.all((arr == 0) | (arr == 1)):
+            raise ValueError(f"{name} must be binary (entries 0 or 1)")
+    return x
+
+
+def _check_int(value, name: str, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    return int(value)
+
+
+# ---------------------------------------------------------------------------
+# Energy, free energy and their gradients
+# ---------------------------------------------------------------------------
+
+
+def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01,
+                data=None, dtype=jnp.float64) -> RBMParams:
+    r"""Small random couplings :math:`W_{ij} \sim \mathcal N(0, \mathrm{scale}^2)`, :math:`c = 0`.
+
+    With ``data`` (``(N, n_visible)`` binary) the visible biases start at the
+    log-odds of the pixel means, :math:`b_i = \ln \bar v_i / (1 - \bar v_i)`
+    (means clipped to ``[1e-3, 1 - 1e-3]``), so the untrained model already
+    has the data's marginals; otherwise :math:`b = 0`.
+    """
+    n_visible = _check_int(n_visible, "n_visible", 1)
+    n_hidden = _check_int(n_hidden, "n_hidden", 1)
+    if not (np.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be finite and >= 0; got {scale!r}")
+    W = scale * jax.random.normal(key, (n_visible, n_hidden), dtype)
+    if data is None:
+        b = jnp.zeros(n_visible, dtype)
+    else:
+        data = _check_layer(data, n_visible, "data", dtype, binary=True)
+        p = jnp.clip(jnp.mean(jnp.atleast_2d(data), axis=0), 1e-3, 1 - 1e-3)
+        b = jnp.log(p) - jnp.log1p(-p)
+    return RBMParams(W, b, jnp.zeros(n_hidden, dtype))
+
+
+def energy(params: RBMParams, v, h) -> Array:
+    r"""Joint energy :math:`E(v, h) = -v^\top W h - b^\top v - c^\top h` (§23.1 of the notes).
+
+    Args:
+      params: :class:`RBMParams`.
+      v: ``(n_visible,)`` or ``(N, n_visible)``; any real values (the energy
+        is multilinear, so it extends to a continuous relaxation).
+      h: ``(n_hidden,)`` or ``(N, n_hidden)``, same batch shape as ``v``.
+
+    Returns:
+      ``()`` for single vectors, ``(N,)`` per sample for batches.
+    """
+    W, b, c = _check_params(params)
+    v = _check_layer(v, W.shape[0], "v", W.dtype)
+    h = _check_layer(h, W.shape[1], "h", W.dtype)
+    if v.shape[:-1] != h.shape[:-1]:
+        raise ValueError(f"v and h must have the same batch shape; got v {v.shape}, h {h.shape}")
+    return -(jnp.einsum("...i,ij,...j->...", v, W, h) + v @ b + h @ c)
+
+
+def _hidden_sim(W, c, v):
+    """``(..., n_hidden, 2)``: sim of hidden unit j's two states, {0, c_j + W_j^T v}."""
+    s = v @ W + c
+    return jnp.stack([jnp.zeros_like(s), s], axis=-1)
+
+
+def _visible_sim(W, b, h):
+    """``(..., n_visible, 2)``: sim of visible unit i's two states, {0, b_i + W_i h}."""
+    s = h @ W.T + b
+    return jnp.stack([jnp.zeros_like(s), s], axis=-1)
+
+
+def _free_energy(W, b, c, v):
+    return -(v @ b) - jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)
+
+
+def _free_energy_hidden(W, b, c, h):
+    return -(h @ c) - jnp.sum(core.logsumexp(_visible_sim(W, b, h)), axis=-1)
+
+
+def free_energy(params: RBMParams, v) -> Array:
+    r"""Free energy :math:`F(v) = -\ln \sum_h e^{-E(v,h)}`, one log-sum-exp per hidden unit.
+
+    .. math::
+
+        F(v) = -b^\top v - \sum_j \ln \sum_{h_j \in \{0,1\}} \exp\big(h_j (c_j + W_{:j}^\top v)\big)
+             = -b^\top v - \sum_j \operatorname{softplus}(c_j + W_{:j}^\top v),
+
+    computed with :func:`lse_energy.core.logsumexp` over the two states
+    (sim values :math:`\{0, c_j + W_{:j}^\top v\}`). It is :math:`L_1` of §23.4
+    of the notes, and equals scikit-learn's ``BernoulliRBM._free_energy``.
+
+    Args:
+      params: :class:`RBMParams`.
+      v: ``(n_visible,)`` or ``(n_samples, n_visible)``, real values allowed.
+
+    Returns:
+      ``()`` or ``(n_samples,)``.
+    """
+    W, b, c = _check_params(params)
+    v = _check_layer(v, W.shape[0], "v", W.dtype)
+    return _free_energy(W, b, c, v)
+
+
+def free_energy_hidden(params: RBMParams, h) -> Array:
+    r"""The other marginal: :math:`F(h) = -\ln \sum_v e^{-E(v,h)} = -c^\top h - \sum_i \operatorname{softplus}(b_i + W_{i:} h)`.
+
+    Each *visible* unit is now the child, with the two parents
+    :math:`\{0, b_i + W_{i:} h\}`.
+
+    Args:
+      h: ``(n_hidden,)`` or ``(N, n_hidden)``.
+
+    Returns:
+      ``()`` or ``(N,)``.
+    """
+    W, b, c = _check_params(params)
+    h = _check_layer(h, W.shape[1], "h", W.dtype)
+    return _free_energy_hidden(W, b, c, h)
+
+
+def free_energy_grad_v(params: RBMParams, v) -> Array:
+    r""":math:`\partial F / \partial v = -b - W\,\sigma(c + W^\top v)`, the continuous relaxation.
+
+    This is the child part of eq. (4) of Tschantz (2025): softmax weights
+    (:math:`\sigma` and :math:`1 - \sigma` over the two states) times the
+    sim-gradients (:math:`W_{:j}` and 0). Its negative,
+    :math:`b + W \sigma(W^\top v + c)`, is a tied-weight feed-forward block
+    with a sigmoid non-linearity.
+
+    Args:
+      v: ``(n_visible,)`` or ``(N, n_visible)``.
+
+    Returns:
+      same shape as ``v``; row ``n`` is the gradient of ``F(v_n)``.
+    """
+    W, b, c = _check_params(params)
+    v = _check_layer(v, W.shape[0], "v", W.dtype)
+    p = jax.nn.sigmoid(v @ W + c)
+    return -b - p @ W.T
+
+
+def free_energy_grad_params(params: RBMParams, v) -> RBMParams:
+    r"""Gradient of the *mean* free energy :math:`\bar F = \frac1N \sum_n F(v_n)` w.r.t. the parameters.
+
+    .. math::
+
+        \frac{\partial \bar F}{\partial W} = -\frac1N \sum_n v_n\, \sigma(c + W^\top v_n)^\top,
+        \quad \frac{\partial \bar F}{\partial b} = -\frac1N \sum_n v_n,
+        \quad \frac{\partial \bar F}{\partial c} = -\frac1N \sum_n \sigma(c + W^\top v_n).
+
+    Its negative is the *positive phase* of §23.8 of the notes
+    (:math:`-\nabla_W L_1 = V^\top \sigma(VW + c)`), and evaluated at model
+    samples the negative phase. A single ``v`` counts as ``N = 1``.
+
+    Returns:
+      :class:`RBMParams` of the same shapes as ``params``.
+    """
+    W, b, c = _check_params(params)
+    v = _check_layer(v, W.shape[0], "v", W.dtype)
+    return _free_energy_grad_params(W, c, jnp.atleast_2d(v))
+
+
+def _free_energy_grad_params(W, c, v):
+    p = jax.nn.sigmoid(v @ W + c)
+    n = v.shape[0]
+    return RBMParams(W=-(v.T @ p) / n, b=-jnp.mean(v, axis=0), c=-jnp.mean(p, axis=0))
+
+
+def energy_gap(params: RBMParams, v, h) -> EnergyGap:
+    r"""Energy gaps :math:`\Delta E(u) = E(u{=}1) - E(u{=}0)` of every unit, the rest held fixed (§23.2).
+
+    .. math::
+
+        \Delta E(v_i) = -\textstyle\sum_j W_{ij} h_j - b_i, \qquad
+        \Delta E(h_j) = -\textstyle\sum_i v_i W_{ij} - c_j .
+
+    Because :math:`E` is linear in each unit, the gap equals the partial
+    derivative :math:`\partial E / \partial u` ("like a gradient but for
+    binary nodes"), and :math:`P(u = 1 \mid \text{rest}) = \sigma(-\Delta E(u))`.
+
+    Args:
+      v: ``(n_visible,)`` or ``(N, n_visible)``.
+      h: ``(n_hidden,)`` or ``(N, n_hidden)``, same batch shape.
+
+    Returns:
+      :class:`EnergyGap` with ``visible`` shaped like ``v`` and ``hidden`` like ``h``.
+    """
+    W, b, c = _check_params(params)
+    v = _check_layer(v, W.shape[0], "v", W.dtype)
+    h = _check_layer(h, W.shape[1], "h", W.dtype)
+    if v.shape[:-1] != h.shape[:-1]:
+        raise ValueError(f"v and h must have the same batch shape; got v {v.shape}, h {h.shape}")
+    return EnergyGap(visible=-(h @ W.T) - b, hidden=-(v @ W) - c)
+
+
+# ---------------------------------------------------------------------------
+# Conditionals and block Gibbs sampling
+# ---------------------------------------------------------------------------
+
+
+def hidden_probs(params: RBMParams, v) -> Array:
+    r""":math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)` (§23.2, §23.8).
+
+    Computed as the softmax weight of state 1 among hidden unit :math:`j`'s
+    two states, ``core.weights`` over :math:`\{0, c_j + W_{:j}^\top v\}`: the
+    posterior over the binary edge.
+
+    Args:
+      v: ``(n_visible,)`` or ``(N, n_visible)``.
+
+    Returns:
+      ``(n_hidden,)`` or ``(N, n_hidden)``.
+    """
+    W, b, c = _check_params(params)
+    v = _check_layer(v, W.shape[0], "v", W.dtype)
+    return core.weights(_hidden_sim(W, c, v))[..., 1]
+
+
+def visible_probs(params: RBMParams, h) -> Array:
+    r""":math:`P(v_i = 1 \mid h) = \sigma(b_i + W_{i:} h)`, the softmax weight of state 1 of visible unit :math:`i`.
+
+    Args:
+      h: ``(n_hidden,)`` or ``(N, n_hidden)``.
+
+    Returns:
+      ``(n_visible,)`` or ``(N, n_visible)``.
+    """
+    W, b, c = _check_params(params)
+    h = _check_layer(h, W.shape[1], "h", W.dtype)
+    return core.weights(_visible_sim(W, b, h))[..., 1]
+
+
+def _bernoulli(key, p):
+    return jax.random.bernoulli(key, p).astype(p.dtype)
+
+
+def sample_hidden(params: RBMParams, v, *, key) -> Array:
+    r"""Draw :math:`h \sim P(h \mid v) = \prod_j P(h_j \mid v)` (the sampling algorithm of §23.2)."""
+    p = hidden_probs(params, v)
+    return _bernoulli(key, p)
+
+
+def sample_visible(params: RBMParams, h, *, key) -> Array:
+    r"""Draw :math:`v \sim P(v \mid h) = \prod_i P(v_i \mid h)`."""
+    p = visible_probs(params, h)
+    return _bernoulli(key, p)
+
+
+def _gibbs_step(W, b, c, v, key):
+    kh, kv = jax.random.split(key)
+    h = _bernoulli(kh, jax.nn.sigmoid(v @ W + c))
+    pv = jax.nn.sigmoid(h @ W.T + b)
+    return _bernoulli(kv, pv), h, pv
+
+
+@partial(jax.jit, static_argnames=("n_steps",))
+def _gibbs(W, b, c, v0, key, n_steps):
+    def body(state, k):
+        return GibbsState(*_gibbs_step(W, b, c, state.v, k)), None
+
+    h0 = jnp.zeros(v0.shape[:-1] + (W.shape[1],), W.dtype)
+    state, _ = jax.lax.scan(body, GibbsState(v0, h0, v0), jax.random.split(key, n_steps))
+    return state
+
+
+def gibbs(params: RBMParams, v0, n_steps: int, *, key) -> GibbsState:
+    r"""Run ``n_steps`` sweeps of block Gibbs sampling, :math:`h \sim P(h\mid v)` then :math:`v \sim P(v \mid h)` (§23.9).
+
+    Every row of ``v0`` is an independent chain. Jitted; a ``lax.scan`` over
+    the sweeps. The same ``key`` gives the same samples.
+
+    Args:
+      v0: ``(n_visible,)`` or ``(N, n_visible)`` binary start state(s).
+      n_steps: number of sweeps, ``>= 1``.
+      key: a ``jax.random`` key.
+
+    Returns:
+      :class:`GibbsState` after the last sweep.
+    """
+    W, b, c = _check_params(params)
+    v0 = _check_layer(v0, W.shape[0], "v0", W.dtype, binary=True)
+    n_steps = _check_int(n_steps, "n_steps", 1)
+    return _gibbs(W, b, c, v0, key, n_steps)
+
+
+# ---------------------------------------------------------------------------
+# Exact likelihood of small RBMs (enumeration)
+# ---------------------------------------------------------------------------
+
+
+def binary_states(n: int, dtype=jnp.float64) -> Array:
+    r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``)."""
+    n = _check_int(n, "n", 0)
+    if n > MAX_ENUMERATE:
+        raise ValueError(f"n must be <= {MAX_ENUMERATE} to enumerate 2**n states; got {n}")
+    idx = np.arange(2**n, dtype=np.int64)
+    return jnp.asarray((idx[:, None] >> np.arange(n)) & 1, dtype)
+
+
+@partial(jax.jit, static_argnames=("n", "side"))
+def _log_partition(W, b, c, n, side):
+    chunk_bits = min(n, 12)
+    n_chunks = 2 ** (n - chunk_bits)
+    low = jnp.arange(2**chunk_bits)
+    bits = jnp.arange(n)
+
+    def chunk(i):
+        idx = i * (2**chunk_bits) + low
+        states = ((idx[:, None] >> bits) & 1).astype(W.dtype)
+        if side == "visible":
+            f = _free_energy(W, b, c, states)
+        else:
+            f = _free_energy_hidden(W, b, c, states)
+        return jax.nn.logsumexp(-f)
+
+    parts = jax.lax.map(chunk, jnp.arange(n_chunks))
+    return jax.nn.logsumexp(parts)
+
+
+def log_partition(params: RBMParams, *, over: str = "auto") -> Array:
+    r"""Exact :math:`\ln Z = \ln \sum_{v,h} e^{-E(v,h)}` by enumerating one layer.
+
+    ``over="visible"``: :math:`\ln \sum_v e^{-F(v)}` over :math:`2^{n_\text{visible}}` states;
+    ``over="hidden"``: :math:`\ln \sum_h e^{-F(h)}` over :math:`2^{n_\text{hidden}}`;
+    ``"auto"`` picks the smaller layer. Enumerated in chunks of 4096 states.
+
+    Raises:
+      ValueError: unknown ``over``, or the enumerated layer has more than
+        ``MAX_ENUMERATE`` units.
+    """
+    W, b, c = _check_params(params)
+    if over not in ("auto", "visible", "hidden"):
+        raise ValueError(f"over must be 'auto', 'visible' or 'hidden'; got {over!r}")
+    if over == "auto":
+        over = "visible" if W.shape[0] <= W.shape[1] else "hidden"
+    n = W.shape[0] if over == "visible" else W.shape[1]
+    if n > MAX_ENUMERATE:
+        raise ValueError(
+            f"over={over!r}: cannot enumerate 2**{n} states (limit 2**{MAX_ENUMERATE})"
+        )
+    return _log_partition(W, b, c, n, over)
+
+
+def log_likelihood(params: RBMParams, v, *, log_z=None) -> Array:
+    r"""Exact :math:`\ln q(v) = -F(v) - \ln Z` per sample (:math:`-L` of §23.4).
+
+    Args:
+      v: ``(n_visible,)`` or ``(N, n_visible)``.
+      log_z: a precomputed :func:`log_partition`; computed when ``None``.
+
+    Returns:
+      ``()`` or ``(N,)``.
+    """
+    if log_z is None:
+        log_z = log_partition(params)
+    return free_energy(params, v) * -1.0 - log_z
+
+
+def log_likelihood_grad(params: RBMParams, v) -> RBMParams:
+    r"""Exact gradient of the mean log-likelihood (§23.5–23.7): positive minus negative phase.
+
+    .. math::
+
+        \nabla_\theta \frac1N \sum_n \ln q(v_n)
+          = -\frac1N \sum_n \nabla_\theta F(v_n) + \sum_{v} q(v)\, \nabla_\theta F(v),
+
+    the model expectation taken exactly over all :math:`2^{n_\text{visible}}`
+    visible states. (The notes write the loss :math:`L = -\ln q`, whose
+    gradient is the negative of this.) For small RBMs only.
+    """
+    W, b, c = _check_params(params)
+    v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype))
+    states = binary_states(W.shape[0], W.dtype)
+    q = jax.nn.softmax(-_free_energy(W, b, c, states))
+    p = jax.nn.sigmoid(states @ W + c)
+    model = RBMParams(W=-(states.T * q) @ p, b=-(q @ states), c=-(q @ p))
+    data = _free_energy_grad_params(W, c, v)
+    return jax.tree_util.tree_map(lambda m, d: m - d, model, data)
+
+
+def gibbs_transition_matrix(params: RBMParams) -> Array:
+    r"""The one-sweep block-Gibbs kernel on visible states, :math:`T[v, v'] = \sum_h P(h \mid v) P(v' \mid h)`.
+
+    Rows and columns index :func:`binary_states` ``(n_visible)``; rows sum to
+    one and the stationary distribution is the model marginal :math:`q(v)`.
+    For small RBMs (``n_visible``, ``n_hidden`` <= 14).
+
+    Returns:
+      ``(2**n_visible, 2**n_visible)``.
+    """
+    W, b, c = _check_params(params)
+    m, n = W.shape
+    if m > 14 or n > 14:
+        raise ValueError(f"params.W: transition matrix needs n_visible, n_hidden <= 14; got {W.shape}")
+    vs, hs = binary_states(m, W.dtype), binary_states(n, W.dtype)
+
+    def log_cond(x, logits):  # ln P(x | .) for all x (rows) and all conditioning states (cols)
+        return x @ jax.nn.log_sigmoid(logits).T + (1 - x) @ jax.nn.log_sigmoid(-logits).T
+
+    p_h_given_v = jnp.exp(log_cond(hs, vs @ W + c)).T  # (2**m, 2**n)
+    p_v_given_h = jnp.exp(log_cond(vs, hs @ W.T + b)).T  # (2**n, 2**m)
+    return p_h_given_v @ p_v_given_h
+
+
+def expected_cd_gradient(params: RBMParams, v, k: int) -> RBMParams:
+    r"""The CD-k gradient averaged over infinitely many chains, computed exactly (small RBMs).
+
+    .. math::
+
+        \mathbb E[\hat g_k] = -\frac1N \sum_n \nabla_\theta F(v_n)
+           + \sum_{v'} (p_\text{data} T^k)(v')\, \nabla_\theta F(v'),
+
+    with :math:`T` from :func:`gibbs_transition_matrix`. At :math:`k = 0` it is
+    zero; as :math:`k \to \infty`, :math:`p_\text{data} T^k \to q` and it tends
+    to :func:`log_likelihood_grad`.
+    """
+    W, b, c = _check_params(params)
+    v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
+    k = _check_int(k, "k", 0)
+    T = gibbs_transition_matrix(params)
+    states = binary_states(W.shape[0], W.dtype)
+    index = jnp.asarray(np.asarray(v, np.int64) @ (2 ** np.arange(W.shape[0])))
+    dist = jnp.zeros(states.shape[0], W.dtype).at[index].add(1.0 / v.shape[0])
+    dist = jax.lax.fori_loop(0, k, lambda _, d: d @ T, dist)
+    p = jax.nn.sigmoid(states @ W + c)
+    model = RBMParams(W=-(states.T * dist) @ p, b=-(dist @ states), c=-(dist @ p))
+    data = _free_energy_grad_params(W, c, v)
+    return jax.tree_util.tree_map(lambda m, d: m - d, model, data)
+
+
+# ---------------------------------------------------------------------------
+# Contrastive divergence
+# ---------------------------------------------------------------------------
+
+
+def _cd_gradient(W, b, c, v, key, k):
+    def body(x, kk):
+        x, _, _ = _gibbs_step(W, b, c, x, kk)
+        return x, None
+
+    vk, _ = jax.lax.scan(body, v, jax.random.split(key, k))
+    pos = _free_energy_grad_params(W, c, v)
+    neg = _free_energy_grad_params(W, c, jax.lax.stop_gradient(vk))
+    return jax.tree_util.tree_map(lambda n_, p_: n_ - p_, neg, pos)
+
+
+_cd_gradient_jit = jax.jit(_cd_gradient, static_argnames=("k",))
+
+
+def cd_gradient(params: RBMParams, v, k: int = 1, *, key) -> RBMParams:
+    r"""CD-k estimate of the log-likelihood gradient (ascent direction), §23.8.
+
+    Positive phase: clamp the data and use :math:`P(h = 1 \mid v)`; negative
+    phase: run ``k`` block-Gibbs sweeps from the data to :math:`v_k` and use
+    :math:`P(h = 1 \mid v_k)` (the notes' :math:`\sigma(vW + c)`):
+
+    .. math::
+
+        \hat g_k = -\frac1N \sum_n \nabla_\theta F(v_n) + \frac1N \sum_n \nabla_\theta F(v_{k,n})
+        \;\Rightarrow\; \hat g_W = \tfrac1N\big(V^\top \sigma(VW + c) - V_k^\top \sigma(V_k W + c)\big).
+
+    The notes' update is :math:`W \leftarrow W + \eta \hat g_W`.
+
+    Args:
+      v: ``(N, n_visible)`` binary data (one chain per row).
+      k: Gibbs sweeps, ``>= 1``.
+      key: a ``jax.random`` key.
+
+    Returns:
+      :class:`RBMParams`, an estimate of :func:`log_likelihood_grad`.
+    """
+    W, b, c = _check_params(params)
+    v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
+    k = _check_int(k, "k", 1)
+    return _cd_gradient_jit(W, b, c, v, key, k)
+
+
+@partial(jax.jit, static_argnames=("n_epochs", "batch_size", "k"))
+def _fit(params, data, key, learning_rate, n_epochs, batch_size, k):
+    n_batches = data.shape[0] // batch_size
+
+    def batch_step(p, inp):
+        batch, kk = inp
+        g = _cd_gradient(p.W, p.b, p.c, batch, kk, k)
+        return jax.tree_util.tree_map(lambda x, y: x + learning_rate * y, p, g), None
+
+    def epoch(p, ek):
+        kperm, kcd = jax.random.split(ek)
+        perm = jax.random.permutation(kperm, data.shape[0])[: n_batches * batch_size]
+        batches = data[perm].reshape(n_batches, batch_size, data.shape[1])
+        p, _ = jax.lax.scan(batch_step, p, (batches, jax.random.split(kcd, n_batches)))
+        ph = jax.nn.sigmoid(data @ p.W + p.c)
+        recon = jax.nn.sigmoid(ph @ p.W.T + p.b)
+        err = jnp.mean((data - recon) ** 2)
+        fe = jnp.mean(_free_energy(p.W, p.b, p.c, data))
+        return p, (err, fe)
+
+    params, (err, fe) = jax.lax.scan(epoch, params, jax.random.split(key, n_epochs))
+    return params, CDTrace(reconstruction_error=err, free_energy=fe)
+
+
+def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 32,
+        learning_rate: float = 0.05, k: int = 1) -> tuple[RBMParams, CDTrace]:
+    r"""Train by CD-k with plain stochastic gradient ascent, :math:`\theta \leftarrow \theta + \eta \hat g_k` (§23.8).
+
+    Each epoch shuffles the data, splits it into ``N // batch_size``
+    minibatches (the remainder is dropped for that epoch) and takes one
+    :func:`cd_gradient` step per minibatch. Jitted; ``lax.scan`` over epochs
+    and minibatches.
+
+    Args:
+      params: initial :class:`RBMParams` (e.g. from :func:`init_params`).
+      data: ``(N, n_visible)`` binary.
+      key: a ``jax.random`` key (shuffling and Gibbs sampling).
+      n_epochs, batch_size, k: integers ``>= 1``; ``batch_size <= N``.
+      learning_rate: :math:`\eta > 0`.
+
+    Returns:
+      ``(params, trace)`` with trace a :class:`CDTrace` of per-epoch diagnostics.
+    """
+    W, b, c = _check_params(params)
+    data = _check_layer(data, W.shape[0], "data", W.dtype, binary=True)
+    if data.ndim != 2:
+        raise ValueError(f"data must have shape (N, {W.shape[0]}); got {data.shape}")
+    n_epochs = _check_int(n_epochs, "n_epochs", 1)
+    batch_size = _check_int(batch_size, "batch_size", 1)
+    k = _check_int(k, "k", 1)
+    if batch_size > data.shape[0]:
+        raise ValueError(f"batch_size must be <= N = {data.shape[0]}; got {batch_size}")
+    if not (np.isfinite(learning_rate) and learning_rate > 0):
+        raise ValueError(f"learning_rate must be finite and > 0; got {learning_rate!r}")
+    return _fit(RBMParams(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
+                n_epochs, batch_size, k)
