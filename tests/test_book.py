@@ -70,3 +70,15 @@ def test_widgets_have_static_figures(path):
             assert any(c["cell_type"] == "code" and _has_figure(c) for c in near if c is not cell), (
                 f"cell {i} shows a widget with no static figure within 3 cells"
             )
+
+
+def test_equation_index_names_real_functions():
+    import importlib
+    import re
+
+    text = (ROOT / "book" / "equation_index.md").read_text()
+    names = re.findall(r"`(lse_energy\.[a-z_]+\.[A-Za-z_]+)`", text)
+    assert len(names) > 20
+    for name in names:
+        module, attr = name.rsplit(".", 1)
+        assert hasattr(importlib.import_module(module), attr), f"{name} does not exist"
