@@ -22,7 +22,7 @@ def _kernel_env(session):
     kernel's own log level is raised to ERROR. Warnings raised by notebook code
     still reach the cell's stderr (and fail strict nbval).
     """
-    profile = pathlib.Path(session.create_tmp()) / "ipython" / "profile_default"
+    profile = pathlib.Path(session.create_tmp()).resolve() / "ipython" / "profile_default"
     profile.mkdir(parents=True, exist_ok=True)
     (profile / "ipython_kernel_config.py").write_text('c.IPKernelApp.log_level = "ERROR"\n')
     return {**ENV, "IPYTHONDIR": str(profile.parent)}
@@ -65,3 +65,10 @@ def tests(session):
         *session.posargs,
         env=_kernel_env(session),
     )
+
+
+@nox.session
+def bench(session):
+    """Benchmarks against scikit-learn (and PyTorch, if installed): one table, also in _build/bench.json."""
+    session.install("-e", ".[book,test]")
+    session.run("python", "benchmarks/run.py", *session.posargs, env=ENV)

@@ -448,8 +448,33 @@ def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
     q, k = _check_qk(q, k)
     if v.shape[-2] != k.shape[-2]:
         raise ValueError(f"v must have one row per key: k{k.shape} but v{v.shape}")
-    w = attention_weights(q, k, beta=beta, mask=mask, bias=bias)
-    return jnp.einsum("...cp,...pe->...ce", w, v)
+    if mask is not None:
+        w = attention_weights(q, k, beta=beta, mask=mask, bias=bias)
+        return jnp.einsum("...cp,...pe->...ce", w, v)
+    # Fast path: everything is validated above, so the jitted kernel skips
+    # core's host-side finiteness check of the (N_Q, N_K) similarity matrix.
+    beta = _default_beta(beta, q.shape[-1])
+    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    return _attend_jit(q, k, v, jnp.asarray(beta, q.dtype), bias)
+
+
+def _attend(q, k, v, beta, bias):
+    r"""``softmax(beta q k' + bias) v`` with the normalisation applied after the ``@ v``.
+
+    :math:`\sum_p w_{cp} v_p = \big(\sum_p e_{cp} v_p\big) / \sum_p e_{cp}` with
+    :math:`e_{cp} = \exp(s_{cp} - \max_{p'} s_{cp'})`: one pass over the
+    :math:`N_Q \times N_K` matrix fewer than forming the weights first.
+    """
+    s = jnp.einsum("...cd,...pd->...cp", beta * q, k)
+    if bias is not None:
+        s = s + bias
+    m = jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    e = jnp.exp(s - m)
+    out = jnp.einsum("...cp,...pe->...ce", e, v)
+    return out / jnp.sum(e, axis=-1, keepdims=True)
+
+
+_attend_jit = jax.jit(_attend)
 
 
 def edge_prior(bias, mask=None) -> Array:

@@ -60,6 +60,7 @@ __all__ = [
     "grad_covariances",
     "grad_weights",
     "em_step",
+    "em_step_reference",
     "initialize",
     "fit",
 ]
@@ -423,7 +424,8 @@ def grad_weights(params: GMMParams, x, *, normalised: bool = True) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def _em_step(params: GMMParams, x: Array, reg_covar) -> GMMParams:
+def _em_step_reference(params: GMMParams, x: Array, reg_covar) -> GMMParams:
+    """The direct form of one EM step: N x K x d intermediates (the oracle for the fast path)."""
     N, d = x.shape
     r = core.weights(_sim(params, x, True))  # E-step
     Nk = jnp.sum(r, axis=0)
@@ -432,6 +434,130 @@ def _em_step(params: GMMParams, x: Array, reg_covar) -> GMMParams:
     cov = jnp.einsum("ik,kia,kib->kab", r, diff, diff) / Nk[:, None, None]
     cov = cov + reg_covar * jnp.eye(d, dtype=x.dtype)
     return GMMParams(weights=Nk / N, means=means, covariances=cov)
+
+
+_em_step_reference_jit = jax.jit(_em_step_reference)
+
+
+def em_step_reference(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
+    r"""The same EM iteration as :func:`em_step`, written directly from the formulas.
+
+    It forms the responsibilities :math:`r` ``(N, K)`` with the whitened
+    differences ``(K, N, d)`` and the covariances with an
+    :math:`N \times K \times d \times d` einsum. It is slower and memory-bound
+    at large :math:`N`; it is kept as the oracle that :func:`em_step` is
+    tested against (equal to round-off).
+    """
+    params = _check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    reg = _check_reg(reg_covar)
+    return _em_step_reference_jit(params, x, jnp.asarray(reg, x.dtype))
+
+
+# --- The fast path: one pass over row chunks accumulating sufficient statistics.
+#
+# With the data centred at its mean (x <- x - xbar, which removes most of the
+# cancellation of the expanded quadratic), the normalised sim is linear in the
+# features f(x) = [1, x, x_a x_b (a <= b)] of width 1 + d + d(d+1)/2:
+#
+#   sim(x, k) = ln pi_k - (d ln 2 pi + ln|Sigma_k|)/2 - mu_k' P_k mu_k / 2
+#               + x' P_k mu_k - sum_{a<=b} (1 - delta_ab / 2) P_k[a,b] x_a x_b,
+#
+# P_k = Sigma_k^{-1}. So the E-step is one (C, F) @ (F, K) product per chunk of C
+# rows, and the M-step's sufficient statistics (N_k, sum r x, sum r x x') are
+# the single (K, C) @ (C, F) product r' f(x). Nothing of size N x K x d is formed.
+
+_CHUNK = 4096
+
+
+def _packed_pairs(d: int):
+    """Static index maps between a symmetric (d, d) matrix and its packed upper triangle."""
+    rows, cols = np.triu_indices(d)
+    full = np.zeros((d, d), dtype=np.int32)
+    full[rows, cols] = np.arange(rows.size)
+    full[cols, rows] = np.arange(rows.size)
+    return rows, cols, full
+
+
+def _features(x: Array) -> Array:
+    """``(C, d) -> (C, 1 + d + d(d+1)/2)``: ``[1, x, x_a x_b for a <= b]`` (row-major upper triangle)."""
+    d = x.shape[1]
+    quad = [x[:, a:a + 1] * x[:, a:] for a in range(d)]
+    return jnp.concatenate([jnp.ones_like(x[:, :1]), x, *quad], axis=1)
+
+
+def _sim_coefficients(params: GMMParams, shift: Array) -> Array:
+    """``(F, K)`` matrix ``A`` with ``sim(x, k) = features(x - shift) @ A[:, k]``."""
+    K, d = params.means.shape
+    L = _cholesky(params.covariances)
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=L.dtype), L.shape)
+    Linv = _tri_solve(L, eye, 0)  # L^{-1}
+    P = jnp.swapaxes(Linv, 1, 2) @ Linv  # Sigma^{-1} = L^{-T} L^{-1}
+    mu = params.means - shift[None, :]
+    Pmu = jnp.einsum("kab,kb->ka", P, mu)
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    const = (jnp.log(params.weights) - 0.5 * (d * math.log(2.0 * math.pi) + logdet)
+             - 0.5 * jnp.sum(mu * Pmu, axis=1))
+    rows, cols, _ = _packed_pairs(d)
+    scale = np.where(rows == cols, -0.5, -1.0)
+    quad = P[:, rows, cols] * scale[None, :]  # (K, d(d+1)/2)
+    return jnp.concatenate([const[:, None], Pmu, quad], axis=1).T
+
+
+def _chunk_stats(A: Array, xc: Array, shift: Array, valid=None):
+    """E-step of one chunk: ``(sum of ln sum_k exp sim, r' f(x - shift))``; ``valid`` masks padding rows."""
+    f = _features(xc - shift[None, :])
+    s = f @ A  # (C, K) sim
+    m = jax.lax.stop_gradient(jnp.max(s, axis=1, keepdims=True))
+    e = jnp.exp(s - m)
+    tot = jnp.sum(e, axis=1, keepdims=True)
+    r = e / tot
+    lse = jnp.log(tot[:, 0]) + m[:, 0]
+    if valid is not None:
+        r = r * valid[:, None]
+        lse = jnp.where(valid > 0, lse, 0.0)
+    return jnp.sum(lse), r.T @ f
+
+
+def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUNK):
+    """Accumulate ``(sum_i ln p(x_i), r' f(x - shift))`` over row chunks (``lax.fori_loop``)."""
+    N = x.shape[0]
+    K = A.shape[1]
+    F = A.shape[0]
+    n_full = N // chunk
+    ll = jnp.zeros((), x.dtype)
+    R = jnp.zeros((K, F), x.dtype)
+    if n_full > 0:
+        def body(i, carry):
+            ll, R = carry
+            xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
+            vc = None if valid is None else jax.lax.dynamic_slice_in_dim(valid, i * chunk, chunk)
+            l, Rc = _chunk_stats(A, xc, shift, vc)
+            return ll + l, R + Rc
+
+        ll, R = jax.lax.fori_loop(0, n_full, body, (ll, R))
+    if N % chunk:
+        l, Rc = _chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])
+        ll, R = ll + l, R + Rc
+    return ll, R
+
+
+def _m_step(R: Array, N, shift: Array, reg_covar) -> GMMParams:
+    """Closed-form M-step from the sufficient statistics ``R = r' f(x - shift)``."""
+    d = shift.shape[0]
+    Nk = R[:, 0]
+    mu = R[:, 1:1 + d] / Nk[:, None]
+    _, _, full = _packed_pairs(d)
+    second = R[:, 1 + d:][:, full] / Nk[:, None, None]  # (K, d, d) sum r x x' / N_k
+    cov = second - mu[:, :, None] * mu[:, None, :]
+    cov = 0.5 * (cov + jnp.swapaxes(cov, 1, 2)) + reg_covar * jnp.eye(d, dtype=R.dtype)
+    return GMMParams(weights=Nk / N, means=mu + shift[None, :], covariances=cov)
+
+
+def _em_step(params: GMMParams, x: Array, reg_covar) -> GMMParams:
+    shift = jnp.mean(x, axis=0)
+    _, R = _suff_stats(_sim_coefficients(params, shift), x, shift)
+    return _m_step(R, x.shape[0], shift, reg_covar)
 
 
 _em_step_jit = jax.jit(_em_step)
@@ -516,22 +642,26 @@ def _check_components(n_components, N: int) -> int:
 
 
 def _fit_loop(params: GMMParams, x: Array, max_iter: int, tol, reg_covar):
+    # One pass over the data per iteration: the E-step at p_t gives both the energy
+    # E_t = -sum_i ln p(x_i | p_t) and the sufficient statistics for p_{t+1}.
     N = x.shape[0]
-    e0 = core.energy(_sim(params, x, True))
-    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=x.dtype).at[0].set(e0)
+    shift = jnp.mean(x, axis=0)
+    ll0, R0 = _suff_stats(_sim_coefficients(params, shift), x, shift)
+    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=x.dtype).at[0].set(-ll0)
 
     def cond(carry):
-        i, _, _, done = carry
+        i, _, _, _, done = carry
         return (i < max_iter) & ~done
 
     def body(carry):
-        i, p, tr, _ = carry
-        p = _em_step(p, x, reg_covar)
-        e = core.energy(_sim(p, x, True))
+        i, p, R, tr, _ = carry
+        p = _m_step(R, N, shift, reg_covar)
+        ll, R = _suff_stats(_sim_coefficients(p, shift), x, shift)
+        e = -ll
         done = jnp.abs(tr[i] - e) < tol * N  # change in mean log-likelihood < tol
-        return i + 1, p, tr.at[i + 1].set(e), done
+        return i + 1, p, R, tr.at[i + 1].set(e), done
 
-    n_iter, params, trace, _ = jax.lax.while_loop(cond, body, (0, params, trace, False))
+    n_iter, params, _, trace, _ = jax.lax.while_loop(cond, body, (0, params, R0, trace, False))
     return params, trace, n_iter
 
 

@@ -299,8 +299,15 @@ def cccp_surrogate(memories, queries, anchor, *, beta=1.0) -> Array:
 
 
 def _update(memories, queries, beta):
-    w = core.weights(_sim(memories, queries, beta))
-    return w @ memories
+    """``softmax(beta x m') m``, normalised after the ``@ m`` (one pass over the ``(N, K)`` matrix fewer)."""
+    s = (beta * queries) @ memories.T
+    e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
+    return (e @ memories) / jnp.sum(e, axis=-1, keepdims=True)
+
+
+# The public update validates its inputs once, then runs this jitted kernel
+# (core.weights on a concrete (N, K) matrix would copy it to the host to check it).
+_update_jit = jax.jit(_update)
 
 
 def update(memories, queries, *, beta=1.0) -> Array:
@@ -322,7 +329,7 @@ def update(memories, queries, *, beta=1.0) -> Array:
       ``(N, d)`` new states.
     """
     memories, queries = _check(memories, queries, beta)
-    return _update(memories, queries, beta)
+    return _update_jit(memories, queries, jnp.asarray(beta, dtype=memories.dtype))
 
 
 @partial(jax.jit, static_argnames=("steps", "return_energy"))

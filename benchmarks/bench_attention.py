@@ -1,0 +1,129 @@
+"""Attention and Hopfield steps against PyTorch's scaled_dot_product_attention (float32, 2 threads)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from benchmarks.common import compare, matmul_callable, row
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.set_num_threads(2)
+    return torch
+
+
+def attention_flops(N: int, M: int, d: int) -> float:
+    """2NMd for q k', 2NMd for weights @ v, plus NM exponentials (counted as one FLOP each)."""
+    return 4.0 * N * M * d + N * M
+
+
+def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[dict], dict]:
+    import jax
+    import jax.numpy as jnp
+
+    from lse_energy import attention, hopfield
+
+    rng = np.random.default_rng(0)
+    qn, kn, vn, gn = (rng.normal(size=s).astype(np.float32) for s in ((N, d), (M, d), (M, d), (N, d)))
+    q, k, v, g = (jnp.asarray(a) for a in (qn, kn, vn, gn))
+    beta = 1.0 / math.sqrt(d)
+
+    def block(x):
+        return jax.block_until_ready(x)
+
+    attend_grad = jax.jit(jax.grad(lambda q, k, v: jnp.sum(attention.attend(q, k, v) * g), argnums=(0, 1, 2)))
+    update_grad = jax.jit(jax.grad(lambda m, x: jnp.sum(hopfield.update(m, x, beta=beta) * g), argnums=(0, 1)))
+    dpa = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q[None, :, None], k[None, :, None], v[None, :, None]))
+    plain = jax.jit(lambda q, k, v: jax.nn.softmax(beta * q @ k.T, axis=-1) @ v)
+
+    fns = {
+        "attend": lambda: block(attention.attend(q, k, v)),
+        "update": lambda: block(hopfield.update(k, q, beta=beta)),
+        "attend+grad": lambda: block(attend_grad(q, k, v)),
+        "update+grad": lambda: block(update_grad(k, q)),
+        "jax.nn.dot_product_attention": lambda: block(dpa(q, k, v)),
+        "plain softmax(qk')v (jit)": lambda: block(plain(q, k, v)),
+    }
+    peak, peak_flops = matmul_callable(1024, "float32")
+    fns["dot"] = peak
+    torch = _torch()
+    if torch is not None:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+        tq, tk, tv, tg = (torch.from_numpy(a)[None] for a in (qn, kn, vn, gn))
+
+        def torch_fwd():
+            with torch.no_grad():
+                sdpa(tq, tk, tv)
+
+        def torch_fwd_bwd(keys_are_values=False):
+            a = tq.clone().requires_grad_(True)
+            b = tk.clone().requires_grad_(True)
+            c = b if keys_are_values else tv.clone().requires_grad_(True)
+            out = sdpa(a, b, c)
+            out.backward(tg)
+
+        fns["torch sdpa"] = torch_fwd
+        fns["torch sdpa+grad"] = torch_fwd_bwd
+        fns["torch sdpa+grad (k=v)"] = lambda: torch_fwd_bwd(True)
+    t = compare(fns, reps=reps)
+
+    # correctness of what is timed
+    ref = np.asarray(jax.nn.softmax(beta * np.asarray(q, np.float64) @ np.asarray(k, np.float64).T, -1)
+                     @ np.asarray(v, np.float64))
+    err_attend = float(np.max(np.abs(np.asarray(attention.attend(q, k, v)) - ref)))
+
+    fl = attention_flops(N, M, d)
+    peak_gf = peak_flops / t["dot"] / 1e9
+    rows = []
+    size = f"N=M={N}, d={d}, float32" if N == M else f"N={N}, M={M}, d={d}, float32"
+    rows.append(row("2 attention", f"matmul peak: jnp.dot 1024^3 float32 ({size})", peak_gf, "GFLOP/s"))
+    for name in ("attend", "update"):
+        frac = fl / t[name] / 1e9 / peak_gf
+        rows.append(row("2 attention", f"{name} forward", 1e3 * t[name], "ms"))
+        if torch is not None:
+            ratio = t["torch sdpa"] / t[name]
+            rows.append(row("2 attention", f"{name} speed vs torch sdpa (forward)", ratio, "x", ">= 1",
+                            ratio >= 1, "" if ratio >= 1 else "slower than the fused torch kernel in this run"))
+        rows.append(row("2 attention", f"{name} forward fraction of matmul peak", frac, "", ">= 0.70", frac >= 0.70,
+                        "" if frac >= 0.70 else "exp + softmax passes over the NxM matrix; d=64 matmuls"))
+        tg_name = f"{name}+grad"
+        rows.append(row("2 attention", f"{tg_name}", 1e3 * t[tg_name], "ms"))
+        if torch is not None:
+            tref = t["torch sdpa+grad"] if name == "attend" else t["torch sdpa+grad (k=v)"]
+            ratio = tref / t[tg_name]
+            rows.append(row("2 attention", f"{tg_name} speed vs torch sdpa+grad", ratio, "x", ">= 1", ratio >= 1,
+                            "" if ratio >= 1 else "slower than the fused torch kernel in this run"))
+    if torch is None:
+        rows.append(row("2 attention", "torch sdpa", "skipped", "", "", None,
+                        "PyTorch not installed (optional: pip install torch==2.13.0)"))
+    else:
+        rows.append(row("2 attention", "torch sdpa forward", 1e3 * t["torch sdpa"], "ms"))
+        rows.append(row("2 attention", "torch sdpa forward+grad", 1e3 * t["torch sdpa+grad"], "ms"))
+    rows.append(row("2 attention", "jax.nn.dot_product_attention forward", 1e3 * t["jax.nn.dot_product_attention"],
+                    "ms", note="reported only, no target"))
+    rows.append(row("2 attention", "plain softmax(qk')v forward (jit)", 1e3 * t["plain softmax(qk')v (jit)"], "ms"))
+    rows.append(row("2 attention", "attend vs float64 softmax(qk')v (max abs)", err_attend, ""))
+    return rows, {k_: float(v_) for k_, v_ in t.items()} | {"peak_gflops": peak_gf}
+
+
+def time_attend(n: int, d: int = 64, reps: int = 3) -> float:
+    """Median seconds of attention.attend at N = M = n (for the scaling fit)."""
+    import jax
+    import jax.numpy as jnp
+
+    from lse_energy import attention
+
+    rng = np.random.default_rng(0)
+    q, k, v = (jnp.asarray(rng.normal(size=(n, d)).astype(np.float32)) for _ in range(3))
+    return compare({"s": lambda: jax.block_until_ready(attention.attend(q, k, v))}, reps=reps)["s"]
+
+
+if __name__ == "__main__":
+    for r in run(reps=3)[0]:
+        print(r)

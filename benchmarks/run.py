@@ -1,0 +1,91 @@
+"""Run every comparison side by side and print one table of ratios; also write ``_build/bench.json``.
+
+Usage: ``python benchmarks/run.py [--scale S] [--only gmm,attention,rbm,structural,scaling]``.
+``--scale`` (default 1) multiplies the data sizes of the GMM and RBM rows, for quick runs.
+Timings are medians of alternating repetitions within this one process; the
+load average is printed with them, since they depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import platform
+import sys
+import time
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+from benchmarks import bench_attention, bench_gmm, bench_rbm, bench_scaling, bench_structural  # noqa: E402
+from benchmarks.common import load_average  # noqa: E402
+
+
+def fmt(value) -> str:
+    if isinstance(value, str):
+        return value
+    v = float(value)
+    if v != 0 and (abs(v) < 1e-3 or abs(v) >= 1e5):
+        return f"{v:.2e}"
+    return f"{v:.3g}" if abs(v) < 10 else f"{v:.1f}"
+
+
+def table(rows) -> str:
+    head = ("section", "measurement", "value", "unit", "target", "met", "note")
+    lines = [[r["section"], r["name"], fmt(r["value"]), r["unit"], r["target"],
+              {True: "yes", False: "NO", None: ""}[r["met"]], r["note"]] for r in rows]
+    widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
+    out = [" | ".join(h.ljust(w) for h, w in zip(head, widths)), "-+-".join("-" * w for w in widths)]
+    out += [" | ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in lines]
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--scale", type=float, default=1.0)
+    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling")
+    ap.add_argument("--out", default=str(ROOT / "_build" / "bench.json"))
+    args = ap.parse_args(argv)
+    only = set(args.only.split(","))
+    s = args.scale
+    load_before = load_average()
+    t0 = time.time()
+    rows, raw = [], {}
+    jobs = {
+        "gmm": lambda: bench_gmm.run(N=max(1000, int(200_000 * s))),
+        "attention": lambda: bench_attention.run(),
+        "rbm": lambda: bench_rbm.run(tiles=max(1, round(10 * s))),
+        "structural": lambda: bench_structural.run(),
+        "scaling": lambda: bench_scaling.run(),
+    }
+    for name, job in jobs.items():
+        if name in only:
+            print(f"[bench] {name} ...", flush=True)
+            r, x = job()
+            rows += r
+            raw[name] = x
+    load_after = load_average()
+    print()
+    print(f"lse_energy benchmarks on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"jax {jax.__version__}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
+          f"(1 min); {time.time() - t0:.0f} s")
+    print(table(rows))
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"load_average_before": load_before, "load_average_after": load_after,
+                               "cpus": os.cpu_count(), "jax": jax.__version__, "rows": rows, "raw": raw},
+                              indent=1, default=str))
+    print(f"written {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
