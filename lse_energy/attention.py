@@ -133,6 +133,8 @@ def _float_array(name: str, x, min_ndim: int = 2) -> Array:
 def _check_beta(beta) -> None:
     if _concrete(beta):
         b = np.asarray(beta)
+        if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
+            raise ValueError(f"beta must be a finite scalar > 0; got {beta!r}")
         if b.ndim != 0 or not np.isfinite(b) or not b > 0:
             raise ValueError(f"beta must be a finite scalar > 0; got {beta!r}")
 

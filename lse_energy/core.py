@@ -238,6 +238,8 @@ def _check_nodes(nodes, terms):
         raise ValueError(f"nodes must have shape (A, d); got {nodes.shape}")
     if not jnp.issubdtype(nodes.dtype, jnp.floating):
         raise ValueError(f"nodes must have a floating dtype; got {nodes.dtype}")
+    if _is_concrete(nodes) and not bool(np.all(np.isfinite(np.asarray(nodes)))):
+        raise ValueError("nodes must be finite")
     for term in terms:
         if not isinstance(term, EnergyTerm):
             raise ValueError(f"terms must be EnergyTerm instances; got {type(term).__name__}")

@@ -434,6 +434,8 @@ def denoising_loss(eps_fn: Callable, params, schedule, x0, t, eps) -> Array:
     Returns:
       Scalar.
     """
+    if not callable(eps_fn):
+        raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
     schedule = _check_schedule(schedule)
     x0 = _check_points("x0", x0)
     eps = _check_points("eps", eps, x0.shape[1])
@@ -456,6 +458,8 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
     Returns:
       Scalar.
     """
+    if not callable(eps_fn):
+        raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
     schedule = _check_schedule(schedule)
     x0 = _check_points("x0", x0)
     kt, ke = jax.random.split(key)
@@ -752,6 +756,17 @@ def time_embedding(t, num_steps: int, num_freqs: int) -> Array:
     Returns:
       ``(B, 2F)``.
     """
+    num_steps = _check_int("num_steps", num_steps, 1)
+    num_freqs = _check_int("num_freqs", num_freqs, 1)
+    t = jnp.asarray(t)
+    if t.ndim != 1 or not jnp.issubdtype(t.dtype, jnp.integer):
+        raise ValueError(f"t must be a (B,) array of integer time steps; got {t.dtype}{t.shape}")
+    if _concrete(t) and t.size and (int(jnp.min(t)) < 1 or int(jnp.max(t)) > num_steps):
+        raise ValueError(f"t must lie in 1..num_steps = 1..{num_steps}")
+    return _time_embedding(t, num_steps, num_freqs)
+
+
+def _time_embedding(t, num_steps, num_freqs):
     tau = jnp.asarray(t, jnp.result_type(float)) / num_steps
     omega = (jnp.pi / 2) * 2.0 ** jnp.arange(num_freqs, dtype=tau.dtype)
     angle = tau[:, None] * omega[None, :]
@@ -782,6 +797,16 @@ def init_mlp(dim: int, *, key, hidden=(128, 128), num_freqs: int = 8) -> MLPPara
     return MLPParams(weights=tuple(ws), biases=tuple(bs))
 
 
+def _check_mlp_params(params) -> MLPParams:
+    if not isinstance(params, MLPParams):
+        raise ValueError(f"params must be an MLPParams; got {type(params).__name__}")
+    if len(params.weights) < 1 or len(params.weights) != len(params.biases):
+        raise ValueError(
+            f"params must hold L >= 1 weights and as many biases; got {len(params.weights)} and {len(params.biases)}"
+        )
+    return params
+
+
 def mlp_epsilon(params: MLPParams, schedule, x, t) -> Array:
     r"""The learned noise predictor :math:`\epsilon_\theta(x_t, t)` (``eps_fn`` signature).
 
@@ -794,11 +819,19 @@ def mlp_epsilon(params: MLPParams, schedule, x, t) -> Array:
     Returns:
       ``(B, d)``.
     """
-    x = jnp.asarray(x)
-    t = jnp.broadcast_to(jnp.asarray(t), (x.shape[0],))
+    _check_mlp_params(params)
+    schedule = _check_schedule(schedule)
+    x = _check_points("x", x)
+    t = _check_t(t, schedule, x.shape[0])
     d = x.shape[1]
+    n_in, d_out = params.weights[0].shape[0], params.weights[-1].shape[1]
+    if d_out != d or n_in - d < 2 or (n_in - d) % 2:
+        raise ValueError(
+            f"x has width d = {d} but params expect inputs of width d + 2F = {n_in} (F >= 1) "
+            f"and outputs of width {d_out}"
+        )
     num_freqs = (params.weights[0].shape[0] - d) // 2
-    h = jnp.concatenate([x, time_embedding(t, schedule.betas.shape[0], num_freqs)], axis=-1)
+    h = jnp.concatenate([x, _time_embedding(t, schedule.betas.shape[0], num_freqs)], axis=-1)
     for w, b in zip(params.weights[:-1], params.biases[:-1]):
         h = jax.nn.silu(h @ w + b)
     return h @ params.weights[-1] + params.biases[-1]
@@ -848,6 +881,7 @@ def fit_mlp(params: MLPParams, data, schedule, optimizer, *, key, steps: int,
     Returns:
       :class:`MLPFit`.
     """
+    params = _check_mlp_params(params)
     schedule = _check_schedule(schedule)
     data = _check_points("data", data)
     if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):

@@ -91,6 +91,8 @@ def _concrete(x) -> bool:
 def _check_beta(beta):
     if _concrete(beta):
         b = np.asarray(beta)
+        if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
+            raise ValueError(f"beta must be a real number > 0; got {beta!r}")
         if b.ndim != 0:
             raise ValueError(f"beta must be a scalar; got shape {b.shape}")
         if not np.isfinite(b) or not b > 0:

@@ -207,6 +207,8 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01,
     n_hidden = _check_int(n_hidden, "n_hidden", 1)
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0; got {scale!r}")
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
     W = scale * jax.random.normal(key, (n_visible, n_hidden), dtype)
     if data is None:
         b = jnp.zeros(n_visible, dtype)
@@ -533,6 +535,13 @@ def log_likelihood(params: RBMParams, v, *, log_z=None) -> Array:
     """
     if log_z is None:
         log_z = log_partition(params)
+    else:
+        log_z = jnp.asarray(log_z)
+        if log_z.ndim != 0 or not (jnp.issubdtype(log_z.dtype, jnp.floating)
+                                   or jnp.issubdtype(log_z.dtype, jnp.integer)):
+            raise ValueError(f"log_z must be a real scalar (a log_partition); got {log_z.dtype}{log_z.shape}")
+        if _concrete(log_z) and not bool(np.isfinite(np.asarray(log_z))):
+            raise ValueError(f"log_z must be finite; got {log_z}")
     return free_energy(params, v) * -1.0 - log_z
 
 

@@ -141,6 +141,9 @@ def _check_params(params, d: int | None = None) -> SLDSParams:
         raise ValueError(f"params.b must have shape (K, d) = {(K, dd)}; got {b.shape}")
     if S.shape != (K, dd, dd):
         raise ValueError(f"params.covariances must have shape (K, d, d) = {(K, dd, dd)}; got {S.shape}")
+    for name, v in (("weights", w), ("A", A), ("b", b), ("covariances", S)):
+        if not jnp.issubdtype(v.dtype, jnp.floating):
+            raise ValueError(f"params.{name} must have a floating dtype; got {v.dtype}")
     if _concrete(w, A, b, S):
         wn, Sn = np.asarray(w), np.asarray(S)
         for name, v in (("weights", wn), ("A", A), ("b", b), ("covariances", Sn)):
@@ -158,8 +161,33 @@ def _check_params(params, d: int | None = None) -> SLDSParams:
 
 
 def _check_reg(reg_covar):
-    if not (np.isfinite(reg_covar) and reg_covar >= 0):
+    try:
+        ok = bool(np.ndim(reg_covar) == 0 and np.isfinite(reg_covar) and reg_covar >= 0)
+    except TypeError:
+        ok = False
+    if not ok:
         raise ValueError(f"reg_covar must be finite and >= 0; got {reg_covar}")
+
+
+def _check_count(name: str, value, low: int) -> int:
+    """An integer-valued count ``>= low`` (``2.0`` is accepted as 2, ``2.5`` and ``"2"`` are not)."""
+    try:
+        ok = not isinstance(value, (str, bytes)) and int(value) == value and value >= low
+    except (TypeError, ValueError):
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    return int(value)
+
+
+def _check_nonneg_finite(name: str, value) -> float:
+    try:
+        ok = bool(np.ndim(value) == 0 and np.isfinite(value) and value >= 0)
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{name} must be finite and >= 0; got {value!r}")
+    return value
 
 
 # ---------------------------------------------------------------------------
@@ -518,8 +546,7 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> SLDSPa
     """
     x = _check_x(x)
     _check_reg(reg_covar)
-    if int(n_components) != n_components or n_components < 1:
-        raise ValueError(f"n_components must be an integer >= 1; got {n_components}")
+    _check_count("n_components", n_components, 1)
     if n_components > x.shape[0] - 1:
         raise ValueError(f"n_components = {n_components} exceeds the number of transitions T-1 = {x.shape[0] - 1}")
     return _init_one(key, x, int(n_components), reg_covar)
@@ -594,16 +621,12 @@ def fit(
     """
     x = _check_x(x)
     _check_reg(reg_covar)
-    if int(n_components) != n_components or n_components < 1:
-        raise ValueError(f"n_components must be an integer >= 1; got {n_components}")
+    _check_count("n_components", n_components, 1)
     if n_components > x.shape[0] - 1:
         raise ValueError(f"n_components = {n_components} exceeds the number of transitions T-1 = {x.shape[0] - 1}")
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"max_iter must be an integer >= 1; got {max_iter}")
-    if int(n_init) != n_init or n_init < 1:
-        raise ValueError(f"n_init must be an integer >= 1; got {n_init}")
-    if not (np.isfinite(tol) and tol >= 0):
-        raise ValueError(f"tol must be finite and >= 0; got {tol}")
+    _check_count("max_iter", max_iter, 1)
+    _check_count("n_init", n_init, 1)
+    _check_nonneg_finite("tol", tol)
     keys = jax.random.split(key, int(n_init))
     params, traces, ns = _fit_many(
         keys, x, jnp.asarray(tol, x.dtype), jnp.asarray(reg_covar, x.dtype),
@@ -639,9 +662,12 @@ def sample(params: SLDSParams, x0, n_steps: int, *, key):
     x0 = jnp.asarray(x0)
     if x0.ndim != 1:
         raise ValueError(f"x0 must have shape (d,); got {x0.shape}")
+    if not jnp.issubdtype(x0.dtype, jnp.floating):
+        raise ValueError(f"x0 must have a floating dtype; got {x0.dtype}")
+    if _concrete(x0) and not bool(np.all(np.isfinite(np.asarray(x0)))):
+        raise ValueError("x0 must be finite")
     params = _check_params(params, x0.shape[0])
-    if int(n_steps) != n_steps or n_steps < 1:
-        raise ValueError(f"n_steps must be an integer >= 1; got {n_steps}")
+    n_steps = _check_count("n_steps", n_steps, 1)
     return _sample(params, x0, key, int(n_steps))
 
 
@@ -750,11 +776,15 @@ def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
     mask = _missing_mask(missing, x.shape[0])
-    if int(n_steps) != n_steps or n_steps < 1:
-        raise ValueError(f"n_steps must be an integer >= 1; got {n_steps}")
+    _check_count("n_steps", n_steps, 1)
     if step_size is None:
         adjacent = bool(np.any(mask[1:] & mask[:-1]))
         step_size = 1.0 / smoothness_bound(params, adjacent=adjacent)
-    elif not (np.isfinite(step_size) and step_size > 0):
-        raise ValueError(f"step_size must be finite and > 0; got {step_size}")
+    else:
+        try:
+            ok = bool(np.ndim(step_size) == 0 and np.isfinite(step_size) and step_size > 0)
+        except TypeError:
+            ok = False
+        if not ok:
+            raise ValueError(f"step_size must be finite and > 0; got {step_size}")
     return _impute(params, x, jnp.asarray(mask), jnp.asarray(step_size, x.dtype), int(n_steps), bool(normalize))

@@ -141,9 +141,34 @@ def _check(params, x, mu, a=None):
     return params, x, mu, a
 
 
+def _scalar(name, value, what):
+    """``float(value)``; a non-numeric or non-scalar value raises a ValueError naming ``name``."""
+    try:
+        if np.ndim(value) != 0:
+            raise TypeError
+        return float(value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name} must be a {what} scalar; got {value!r}") from None
+
+
 def _check_positive(name, value):
-    if _concrete(value) and not float(value) > 0:
-        raise ValueError(f"{name} must be > 0; got {value}")
+    if _concrete(value):
+        v = _scalar(name, value, "finite positive")
+        if not (np.isfinite(v) and v > 0):
+            raise ValueError(f"{name} must be finite and > 0; got {value}")
+
+
+def _check_nonnegative(name, value):
+    if _concrete(value):
+        v = _scalar(name, value, "finite non-negative")
+        if not (np.isfinite(v) and v >= 0):
+            raise ValueError(f"{name} must be finite and >= 0; got {value}")
+
+
+def _check_count(name, value, low=1):
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    return int(value)
 
 
 # ---------------------------------------------------------------------------
@@ -219,8 +244,7 @@ def free_energy(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
       Scalar.
     """
     params, x, mu = _check(params, x, mu)
-    if _concrete(lam) and not float(lam) >= 0:
-        raise ValueError(f"lam must be >= 0; got {lam}")
+    _check_nonnegative("lam", lam)
     return core.energy(_sim(params, x, mu)) + 0.5 * lam * jnp.sum(mu**2)
 
 
@@ -294,6 +318,7 @@ def grad_free_energy_mu(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
     Returns:
       ``(S, d_mu)``.
     """
+    _check_nonnegative("lam", lam)
     return lam * jnp.asarray(mu) + grad_mu(params, x, mu)
 
 
@@ -326,8 +351,7 @@ def gradient_step(params: SlotParams, x, mu, *, step: float, lam: float = 0.0) -
     """
     params, x, mu = _check(params, x, mu)
     _check_positive("step", step)
-    if _concrete(lam) and not float(lam) >= 0:
-        raise ValueError(f"lam must be >= 0; got {lam}")
+    _check_nonnegative("lam", lam)
     return mu - step * (lam * mu + _grad_mu(params, x, mu))
 
 
@@ -384,8 +408,7 @@ def e_step(params: SlotParams, x, mu, *, n_steps: int, method: str = "cccp",
         raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
     if method not in ("cccp", "gradient"):
         raise ValueError(f"method must be 'cccp' or 'gradient'; got {method!r}")
-    if not float(lam) >= 0:
-        raise ValueError(f"lam must be >= 0; got {lam}")
+    _check_nonnegative("lam", lam)
     if method == "cccp":
         _check_positive("lam", lam)
         step = 0.0
@@ -502,8 +525,7 @@ def procrustes_w_q(params: SlotParams, x, mu, a, *, prox: float = 0.0) -> Array:
     params, x, mu, a = _check(params, x, mu, a)
     if params.w_q.shape[0] < params.w_q.shape[1]:
         raise ValueError(f"params.w_q must have at least as many rows as columns; got {params.w_q.shape}")
-    if not float(prox) >= 0:
-        raise ValueError(f"prox must be >= 0; got {prox}")
+    _check_nonnegative("prox", prox)
     return _procrustes(params, x, mu, a, prox)
 
 
@@ -636,8 +658,7 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
     if m_step not in ("procrustes", "least_squares"):
         raise ValueError(f"m_step must be 'procrustes' or 'least_squares'; got {m_step!r}")
     if m_step == "procrustes":
-        if not float(prox) >= 0:
-            raise ValueError(f"prox must be >= 0; got {prox}")
+        _check_nonnegative("prox", prox)
         wq = np.asarray(params.w_q)
         if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
             raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
@@ -729,6 +750,9 @@ def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
     if not isinstance(n_blobs, (int, np.integer)) or n_blobs < 1:
         raise ValueError(f"n_blobs must be a positive integer; got {n_blobs!r}")
     _check_positive("std", std)
+    n_per_blob = _check_count("n_per_blob", n_per_blob)
+    n_candidates = _check_count("n_candidates", n_candidates)
+    _check_nonnegative("min_separation", min_separation)
     k1, k2 = jax.random.split(key)
     cand = jax.random.uniform(k1, (n_candidates, n_blobs, 2), minval=-1.0, maxval=1.0)
     dist = jnp.linalg.norm(cand[:, :, None] - cand[:, None, :], axis=-1)
