@@ -115,19 +115,11 @@ class MultiHeadParams(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_concrete = core.is_concrete
 
 
 def _float_array(name: str, x, min_ndim: int = 2) -> Array:
-    x = jnp.asarray(x)
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
-    if _concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-        raise ValueError(f"{name} must be finite")
-    return x
+    return core.float_array(name, x, min_ndim)
 
 
 def _check_beta(beta) -> None:

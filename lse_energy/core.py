@@ -37,12 +37,34 @@ __all__ = [
     "graph_gradient",
     "graph_gradient_terms",
     "GradientTerms",
+    "is_concrete",
+    "float_array",
 ]
 
 
-def _is_concrete(x) -> bool:
-    """True when ``x`` holds actual values (not a tracer inside jit/grad)."""
-    return not isinstance(x, jax.core.Tracer)
+def is_concrete(*arrays) -> bool:
+    """True when no argument is a tracer, i.e. all hold values (not inside jit/grad).
+
+    Value checks (finiteness, positive-definiteness, ...) at the public
+    boundary run only on concrete inputs; every model module uses this.
+    """
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def float_array(name: str, x, min_ndim: int = 0) -> Array:
+    """``x`` as an array with at least ``min_ndim`` axes, a floating dtype and finite values.
+
+    Raises ``ValueError`` naming ``name``; finiteness is checked only when
+    ``x`` is concrete.
+    """
+    x = jnp.asarray(x)
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
+    if is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
+        raise ValueError(f"{name} must be finite")
+    return x
 
 
 def _validate(sim, mask, allow_empty: bool):
@@ -56,7 +78,7 @@ def _validate(sim, mask, allow_empty: bool):
         raise ValueError(f"sim must have a floating dtype; got {sim.dtype}")
     if sim.shape[-1] == 0:
         raise ValueError(f"sim must have at least one parent (P >= 1); got shape {sim.shape}")
-    if _is_concrete(sim) and not bool(np.all(np.isfinite(np.asarray(sim)))):
+    if is_concrete(sim) and not bool(np.all(np.isfinite(np.asarray(sim)))):
         raise ValueError(
             "sim must be finite; use `mask` (not -inf) to forbid an edge"
         )
@@ -71,7 +93,7 @@ def _validate(sim, mask, allow_empty: bool):
         raise ValueError(
             f"mask of shape {mask.shape} does not broadcast to sim of shape {sim.shape}"
         ) from err
-    if not allow_empty and _is_concrete(mask):
+    if not allow_empty and is_concrete(mask):
         empty = ~np.any(np.asarray(mask), axis=-1)
         if np.any(empty):
             first = tuple(int(i) for i in np.argwhere(empty)[0])
@@ -238,7 +260,7 @@ def _check_nodes(nodes, terms):
         raise ValueError(f"nodes must have shape (A, d); got {nodes.shape}")
     if not jnp.issubdtype(nodes.dtype, jnp.floating):
         raise ValueError(f"nodes must have a floating dtype; got {nodes.dtype}")
-    if _is_concrete(nodes) and not bool(np.all(np.isfinite(np.asarray(nodes)))):
+    if is_concrete(nodes) and not bool(np.all(np.isfinite(np.asarray(nodes)))):
         raise ValueError("nodes must be finite")
     for term in terms:
         if not isinstance(term, EnergyTerm):

@@ -101,8 +101,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_concrete = core.is_concrete
 
 
 def _check_points(name, a, d=None):

@@ -87,8 +87,7 @@ class GMMParams(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _concrete(*arrays) -> bool:
-    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+_concrete = core.is_concrete
 
 
 def _float(a):
@@ -668,6 +667,23 @@ def _fit_loop(params: GMMParams, x: Array, max_iter: int, tol, reg_covar):
 _fit_loop_jit = jax.jit(_fit_loop, static_argnames=("max_iter",))
 
 
+def _check_fit_args(max_iter, tol) -> tuple[int, float]:
+    """Validate ``fit``'s ``max_iter`` (integer >= 0) and ``tol`` (finite float >= 0)."""
+    try:
+        max_iter = operator.index(max_iter)
+    except TypeError:
+        raise ValueError(f"max_iter must be an integer; got {max_iter!r}") from None
+    if max_iter < 0:
+        raise ValueError(f"max_iter must be >= 0; got {max_iter}")
+    try:
+        tol_f = float(tol)
+    except (TypeError, ValueError):
+        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}") from None
+    if not (math.isfinite(tol_f) and tol_f >= 0.0):
+        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}")
+    return max_iter, tol_f
+
+
 def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 0.0):
     r"""Fit a :math:`K`-component mixture by EM from :func:`initialize`.
 
@@ -691,15 +707,7 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
       taken). With ``reg_covar = 0`` the trace is non-increasing.
     """
     x = _check_x(x)
-    try:
-        max_iter = operator.index(max_iter)
-    except TypeError:
-        raise ValueError(f"max_iter must be an integer; got {max_iter!r}") from None
-    if max_iter < 0:
-        raise ValueError(f"max_iter must be >= 0; got {max_iter}")
-    tol_f = float(tol)
-    if not (math.isfinite(tol_f) and tol_f >= 0.0):
-        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}")
+    max_iter, tol_f = _check_fit_args(max_iter, tol)
     params = initialize(x, n_components, key=key, reg_covar=reg_covar)
     reg = jnp.asarray(_check_reg(reg_covar), x.dtype)
     params, trace, n_iter = _fit_loop_jit(params, x, max_iter, jnp.asarray(tol_f, x.dtype), reg)

@@ -110,8 +110,7 @@ __all__ = [
 _TANH2_MAX = 4.0 / (3.0 * np.sqrt(3.0))
 
 
-def _is_concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_is_concrete = core.is_concrete
 
 
 # ---------------------------------------------------------------------------

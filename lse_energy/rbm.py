@@ -144,8 +144,7 @@ class CDTrace(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_concrete = core.is_concrete
 
 
 def _check_params(params) -> RBMParams:

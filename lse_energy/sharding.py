@@ -193,15 +193,7 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
       ``(params, energies)`` as :func:`lse_energy.gmm.fit`.
     """
     x = gmm._check_x(x)
-    try:
-        max_iter = operator.index(max_iter)
-    except TypeError:
-        raise ValueError(f"max_iter must be an integer; got {max_iter!r}") from None
-    if max_iter < 0:
-        raise ValueError(f"max_iter must be >= 0; got {max_iter}")
-    tol_f = float(tol)
-    if not (math.isfinite(tol_f) and tol_f >= 0.0):
-        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}")
+    max_iter, tol_f = gmm._check_fit_args(max_iter, tol)
     params = gmm.initialize(x, n_components, key=key, reg_covar=reg_covar)
     reg = jnp.asarray(gmm._check_reg(reg_covar), x.dtype)
     N = x.shape[0]

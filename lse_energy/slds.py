@@ -106,8 +106,7 @@ class FitResult(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _concrete(*xs) -> bool:
-    return not any(isinstance(v, jax.core.Tracer) for v in xs)
+_concrete = core.is_concrete
 
 
 def _check_x(x, name: str = "x") -> Array:

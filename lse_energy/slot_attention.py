@@ -95,8 +95,7 @@ class SlotParams(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _concrete(a) -> bool:
-    return not isinstance(a, jax.core.Tracer)
+_concrete = core.is_concrete
 
 
 def _check_array(name, a, ndim):

@@ -92,19 +92,10 @@ VARIANTS = ("paper", "code")
 # ---------------------------------------------------------------------------
 
 
-def _concrete(x) -> bool:
-    return not isinstance(x, jax.core.Tracer)
+_concrete = core.is_concrete
 
 
-def _float(name: str, x, min_ndim: int = 0) -> Array:
-    x = jnp.asarray(x)
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
-    if _concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-        raise ValueError(f"{name} must be finite")
-    return x
+_float = core.float_array
 
 
 def _check_variant(variant):
