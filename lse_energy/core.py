@@ -39,6 +39,7 @@ __all__ = [
     "GradientTerms",
     "is_concrete",
     "float_array",
+    "softmax_average",
 ]
 
 
@@ -193,6 +194,54 @@ def weights(sim, mask=None, *, allow_empty: bool = False) -> Array:
     e = jnp.where(mask, jnp.exp(jnp.where(mask, sim - m, 0.0)), 0.0)
     total = jnp.sum(e, axis=-1, keepdims=True)
     return e / jnp.where(has, total, 1.0)
+
+
+def _softmax_average_dense(q, k, v, beta, bias):
+    s = jnp.einsum("...cd,...pd->...cp", beta * q, k)
+    if bias is not None:
+        s = s + bias
+    m = jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
+    e = jnp.exp(s - m)
+    return jnp.einsum("...cp,...pe->...ce", e, v) / jnp.sum(e, axis=-1, keepdims=True)
+
+
+def softmax_average(q, k, v, beta, bias=None, *, block: int = 256) -> Array:
+    r"""The weighted sum of eq. (4), :math:`\sum_p \mathrm{softmax}_p(\beta q_c^\top k_p + b_{cp})\, v_p`.
+
+    A kernel, not a public model: it does no validation (the callers,
+    ``attention.attend`` and ``hopfield.update``, validate once at their
+    boundary) and is jittable and differentiable. Two choices make it fast
+    on a CPU:
+
+    * the normalisation is applied after the product with ``v``,
+      :math:`(\sum_p e_{cp} v_p) / \sum_p e_{cp}` with
+      :math:`e_{cp} = \exp(s_{cp} - \max_{p'} s_{cp'})`, one pass over the
+      :math:`N_Q \times N_K` matrix fewer than forming the weights;
+    * for un-batched inputs with many queries, the queries are processed in
+      blocks of ``block`` rows (``lax.map``), so each block's
+      :math:`\mathrm{block} \times N_K` similarity matrix stays in cache
+      through its max, exp, sum and product passes. Rows are independent, so
+      the result is the same as the one-shot computation up to the
+      summation order inside the matrix products.
+
+    Args:
+      q: ``(..., N_Q, d)``; k: ``(..., N_K, d)``; v: ``(..., N_K, d_v)``.
+      beta: scalar inverse temperature.
+      bias: ``None`` or an additive log-prior broadcastable to ``(..., N_Q, N_K)``.
+      block: query block size (static); blocking is used only when ``q``,
+        ``k`` and ``v`` are 2-D, ``bias`` is ``None`` and ``N_Q >= 2 * block``.
+
+    Returns:
+      ``(..., N_Q, d_v)``.
+    """
+    n_q = q.shape[-2]
+    if bias is not None or q.ndim != 2 or k.ndim != 2 or v.ndim != 2 or n_q < 2 * block:
+        return _softmax_average_dense(q, k, v, beta, bias)
+    n_blocks = -(-n_q // block)
+    pad = n_blocks * block - n_q
+    qb = jnp.pad(q, ((0, pad), (0, 0))).reshape(n_blocks, block, q.shape[-1])
+    out = jax.lax.map(lambda qc: _softmax_average_dense(qc, k, v, beta, None), qb)
+    return out.reshape(n_blocks * block, v.shape[-1])[:n_q]
 
 
 # ---------------------------------------------------------------------------

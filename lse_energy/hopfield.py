@@ -300,10 +300,8 @@ def cccp_surrogate(memories, queries, anchor, *, beta=1.0) -> Array:
 
 
 def _update(memories, queries, beta):
-    """``softmax(beta x m') m``, normalised after the ``@ m`` (one pass over the ``(N, K)`` matrix fewer)."""
-    s = (beta * queries) @ memories.T
-    e = jnp.exp(s - jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True)))
-    return (e @ memories) / jnp.sum(e, axis=-1, keepdims=True)
+    """``softmax(beta x m') m`` with :func:`lse_energy.core.softmax_average` (normalised after ``@ m``, query blocks)."""
+    return core.softmax_average(queries, memories, memories, beta)
 
 
 # The public update validates its inputs once, then runs this jitted kernel

@@ -299,3 +299,34 @@ def test_checker_handles_pytrees_and_subsets():
     g = jax.grad(f)
     res = check_gradient(f, g, params, n_coords=20)
     assert res.autodiff_error == 0.0 and res.fd_error < 1e-6
+
+
+# --- softmax_average: the blocked kernel behind attention.attend and hopfield.update
+
+
+@pytest.mark.parametrize("n_q", [7, 64, 130])
+def test_softmax_average_blocked_equals_weights_times_values(n_q):
+    kq, kk, kv = jax.random.split(jax.random.key(n_q), 3)
+    q = jax.random.normal(kq, (n_q, 5))
+    k = jax.random.normal(kk, (11, 5))
+    v = jax.random.normal(kv, (11, 3))
+    beta = 0.7
+    expected = core.weights(beta * q @ k.T) @ v
+    # block=16 forces the blocked path (with zero-padding when 16 does not divide n_q)
+    # wherever n_q >= 32; the dense path is used below that.
+    for block in (16, 256):
+        got = core.softmax_average(q, k, v, beta, block=block)
+        np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-14)
+    f = lambda q, k, v: jnp.sum(jnp.sin(core.softmax_average(q, k, v, beta, block=16)))  # noqa: E731
+    g = lambda q, k, v: jnp.sum(jnp.sin(core.weights(beta * q @ k.T) @ v))  # noqa: E731
+    for a, b in zip(jax.grad(f, argnums=(0, 1, 2))(q, k, v), jax.grad(g, argnums=(0, 1, 2))(q, k, v)):
+        np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-13)
+
+
+def test_softmax_average_batched_with_bias_uses_dense_path():
+    kq, kk, kv, kb = jax.random.split(jax.random.key(5), 4)
+    q, k = jax.random.normal(kq, (2, 40, 4)), jax.random.normal(kk, (2, 9, 4))
+    v, bias = jax.random.normal(kv, (2, 9, 2)), jax.random.normal(kb, (2, 40, 9))
+    expected = jnp.einsum("bcp,bpe->bce", core.weights(0.5 * jnp.einsum("bcd,bpd->bcp", q, k) + bias), v)
+    got = core.softmax_average(q, k, v, 0.5, bias, block=8)
+    np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-14)
