@@ -1,4 +1,28 @@
-"""Expanding attention vs ordinary (uniform-prior) attention on the geometric toy (p = 1/5)."""
+"""Expanding vs full self-attention on the geometric toy (p = 1/5), at equal loss.
+
+Both models ("self": uniform prior over all earlier tokens; "expanding": the
+geometric prior of ``structural.expanding_attention``) are trained on short
+sequences (``n_train`` tokens, a few seeds, optax Adam) with
+``structural.run_expanding_experiment``. Then, for every ``n`` in ``ns``, each
+trained model is evaluated on fresh sequences of ``n`` tokens (normalised
+test MSE, mean over seeds) and its forward pass is timed side by side
+(``common.compare``: alternating, medians).
+
+Timed forward passes, both jitted (no host-side input validation inside the
+timing):
+
+* ``self``: ``predict_expanding_task("self", ...)`` (keys and values for all
+  ``n - 1`` tokens);
+* ``expanding``: ``predict_expanding_task("expanding", ..., max_window=cap)``,
+  the exact truncated path with a static cap. The cap is chosen by
+  ``max_window="auto"`` on a separate calibration batch, and the timed batch is
+  checked to have no overflow, so the timed output equals the dense one.
+
+The operation-count ratio uses ``ExpandingResult.ops``, which counts the
+``cap`` dot products actually computed. A third timing, the public
+``max_window="auto"`` call (cap search on the host and input validation
+included), is reported as a row of its own.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +30,13 @@ import numpy as np
 
 from benchmarks.common import compare, row
 
+P = 0.2
 
-def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 8, reps: int = 3):
+
+def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps: int = 15, *,
+        n_train: int = 64, seeds=(0, 1, 2), n_steps: int = 300, n_test: int = 256, rank: int = 5,
+        max_steps: int = 60):
+    """Rows of section 4 and the raw figures per ``n``; the task is chapter 12's (d = 10, rank 5, p = 1/5)."""
     try:
         from lse_energy import structural as S
     except ImportError:
@@ -15,28 +44,77 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 8, reps: 
                     "lse_energy.structural missing")], {}
     import jax
     import jax.numpy as jnp
+    import optax
 
-    task = S.make_expanding_task(d, 2, key=jax.random.key(0))
-    params = S.init_toy("one_layer", d, d_k, key=jax.random.key(1))
+    opt = optax.adam(2e-2)
+    train = dict(n_steps=n_steps, batch=32, n=n_train, d=d, d_k=d_k, rank=rank, n_test=n_test, max_steps=max_steps)
+    trained = {m: S.run_expanding_experiment(m, list(seeds), [P], optimizer=opt, **train)[0]
+               for m in ("self", "expanding")}
+    tasks = []
+    for s in seeds:
+        kt = jax.random.split(jax.random.key(int(s)), 4)[0]  # the task drawn by run_expanding_experiment
+        tasks.append(S.make_expanding_task(d, rank, key=kt))
+
+    def params_of(model, i):
+        return jax.tree_util.tree_map(lambda a: a[0, i], trained[model].params)
+
+    f_self = jax.jit(lambda p, x: S.predict_expanding_task("self", p, x)[0])
     rows, raw = [], {}
+    target_n = 4096  # the target of issue 7 is stated at n = 4096; smaller runs report without a target
     for n in ns:
-        x, y, _ = S.sample_expanding(task, n, batch, 0.2, key=jax.random.key(2))
-        fns = {
-            "self": lambda: jax.block_until_ready(S.predict_expanding_task("self", params, x)[0]),
-            "expanding": lambda: jax.block_until_ready(S.predict_expanding_task("expanding", params, x)[0]),
-        }
-        t = compare(fns, reps=reps)
-        _, res = S.predict_expanding_task("expanding", params, x)
+        # Test loss of every seed's trained model on fresh length-n sequences (exact truncated path).
+        loss = {"self": [], "expanding": []}
+        for i, task in enumerate(tasks):
+            x, y, _ = S.sample_expanding(task, n, n_test, P, key=jax.random.key(1000 + i))
+            var = float(task.w_y @ task.w_y)
+            loss["self"].append(float(jnp.mean((f_self(params_of("self", i), x) - y) ** 2)) / var)
+            yh, res = S.predict_expanding_task("expanding", params_of("expanding", i), x, max_steps=max_steps,
+                                               max_window="auto")
+            assert not bool(jnp.any(res.overflow))
+            loss["expanding"].append(float(jnp.mean((yh - y) ** 2)) / var)
+        loss = {m: float(np.mean(v)) for m, v in loss.items()}
+
+        # Timing on seed 0's models; the cap comes from a calibration batch, not the timed one.
+        ps, pe = params_of("self", 0), params_of("expanding", 0)
+        xc, _, _ = S.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(7))
+        cap = S.predict_expanding_task("expanding", pe, xc, max_steps=max_steps,
+                                       max_window="auto")[1].weights.shape[-1]
+        x, _, _ = S.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(8))
+        while True:
+            f_exp = jax.jit(lambda p, xx, cap=cap: S.predict_expanding_task("expanding", p, xx, max_steps=max_steps,
+                                                                            max_window=cap))
+            _, res = f_exp(pe, x)
+            if cap >= n - 1 or not bool(jnp.any(res.overflow)):
+                break
+            cap = min(2 * cap, n - 1)  # the calibration cap was too small for this batch: stay exact
+        t = compare({
+            "self": lambda: f_self(ps, x).block_until_ready(),
+            "expanding": lambda: f_exp(pe, x)[0].block_until_ready(),
+            "auto": lambda: S.predict_expanding_task("expanding", pe, x, max_steps=max_steps,
+                                                     max_window="auto")[0].block_until_ready(),
+        }, reps=reps)
         ops_ratio = S.self_attention_ops(n - 1, d_k, 1) / float(jnp.mean(res.ops))
-        ratio = t["self"] / t["expanding"]
-        raw[n] = {"t_self": t["self"], "t_expanding": t["expanding"], "ops_ratio": ops_ratio}
-        is_target = n == max(ns)
+        ratio, ratio_auto = t["self"] / t["expanding"], t["self"] / t["auto"]
+        raw[n] = {"t_self": t["self"], "t_expanding": t["expanding"], "t_auto": t["auto"], "cap": cap,
+                  "ops_ratio": ops_ratio, "loss_self": loss["self"], "loss_expanding": loss["expanding"],
+                  "mean_window": float(jnp.mean(res.window)), "max_window": int(jnp.max(res.max_window))}
+        is_target = n == target_n
+        equal = loss["expanding"] <= loss["self"]
+        met = (ratio >= 3 and equal) if is_target else None
+        note = (f"jitted forwards, batch {batch}; static cap {cap} (max window {raw[n]['max_window']}), "
+                f"no overflow: output = dense path")
+        if is_target and not met:
+            note += "; target missed: " + ("speed-up < 3" if ratio < 3 else "") + \
+                    ("" if equal else " expanding loss > self loss")
         rows.append(row("4 expanding", f"n={n}: wall-clock speed-up of expanding over full", ratio, "x",
-                        ">= 3" if is_target else "", (ratio >= 3) if is_target else None,
-                        "" if ratio >= 3 or not is_target else
-                        "structural._expanding holds all n dot products densely (static shapes): no wall-clock saving"))
+                        ">= 3 at equal loss" if is_target else "", met, note))
+        rows.append(row("4 expanding", f"n={n}: speed-up with max_window='auto' (public call)", ratio_auto, "x",
+                        note="cap search on the host and input validation included"))
         rows.append(row("4 expanding", f"n={n}: operation-count ratio full/expanding", ops_ratio, "x",
-                        note=f"mean window {float(jnp.mean(res.window)):.1f} of {n - 1} keys"))
-    rows.append(row("4 expanding", "equal loss", "not established", "", "", None,
-                    "timed at the same initial params; training both to equal loss at n=4096 did not fit the budget"))
+                        note=f"ops count the {cap} dot products computed; mean window "
+                             f"{raw[n]['mean_window']:.1f} of {n - 1} keys"))
+        rows.append(row("4 expanding", f"n={n}: test MSE/Var(y), self | expanding",
+                        f"{loss['self']:.3f} | {loss['expanding']:.3f}", "",
+                        "expanding <= self" if is_target else "", equal if is_target else None,
+                        f"trained at n={n_train}, p={P}, {len(seeds)} seeds x {n_steps} steps; mean over seeds"))
     return rows, raw

@@ -23,6 +23,17 @@ built on :func:`lse_energy.core.energy`, with an inverse temperature
 :math:`b_{cp} = \ln p(\phi_c = p) + \text{const}` (Singh & Buckley §6).
 The gradients below return :math:`\partial E/\partial(\cdot)`; the seed
 equations are written for :math:`-\partial E/\partial(\cdot)`.
+
+**Input validation.** Every public function checks its inputs once, at the
+boundary, and raises ``ValueError`` naming the argument. Continuous-valued
+arrays (queries, keys, values, tokens, projections, biases, priors, tables,
+latent means) must have a floating dtype: an integer or boolean array raises
+(``"q must have a floating dtype; got int64"``; cast it explicitly). They
+must be finite and there must be at least one key. ``mask`` is boolean (as in
+:func:`lse_energy.core.energy`), and a mask row with no allowed key raises.
+Sizes and step counts (``n``, ``d``, ``n_heads``, ``n_steps``) are Python
+integers; ``beta`` is any finite real scalar ``> 0``. Value checks run only
+on concrete (untraced) inputs, and the jitted kernels do no checking.
 """
 
 from __future__ import annotations
@@ -131,9 +142,20 @@ def _check_beta(beta) -> None:
             raise ValueError(f"beta must be a finite scalar > 0; got {beta!r}")
 
 
+def _check_count(name: str, value, low: int) -> int:
+    """A Python/NumPy integer ``>= low`` (``bool``, ``2.0`` and ``"2"`` are rejected)."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    if value < low:
+        raise ValueError(f"{name} must be >= {low}; got {value!r}")
+    return int(value)
+
+
 def _check_qk(q, k) -> tuple[Array, Array]:
     q = _float_array("q", q)
     k = _float_array("k", k)
+    if k.shape[-2] < 1:
+        raise ValueError(f"k must have at least one row (N_K >= 1 keys); got shape {k.shape}")
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must share their last (feature) dimension; got q{q.shape} and k{k.shape}"
@@ -453,19 +475,12 @@ def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
 
 
 def _attend(q, k, v, beta, bias):
-    r"""``softmax(beta q k' + bias) v`` with the normalisation applied after the ``@ v``.
+    r"""``softmax(beta q k' + bias) v`` via :func:`lse_energy.core.softmax_average`.
 
-    :math:`\sum_p w_{cp} v_p = \big(\sum_p e_{cp} v_p\big) / \sum_p e_{cp}` with
-    :math:`e_{cp} = \exp(s_{cp} - \max_{p'} s_{cp'})`: one pass over the
-    :math:`N_Q \times N_K` matrix fewer than forming the weights first.
+    The normalisation is applied after the ``@ v``, and long un-batched query
+    sets are processed in cache-sized blocks (see the core docstring).
     """
-    s = jnp.einsum("...cd,...pd->...cp", beta * q, k)
-    if bias is not None:
-        s = s + bias
-    m = jax.lax.stop_gradient(jnp.max(s, axis=-1, keepdims=True))
-    e = jnp.exp(s - m)
-    out = jnp.einsum("...cp,...pe->...ce", e, v)
-    return out / jnp.sum(e, axis=-1, keepdims=True)
+    return core.softmax_average(q, k, v, beta, bias)
 
 
 _attend_jit = jax.jit(_attend)
@@ -497,14 +512,24 @@ def prior_energy(sim, prior) -> Array:
     of the log-prior reading. Edges with :math:`\pi_{cp} = 0` are excluded.
 
     Args:
-      sim: ``(..., C, P)``.
-      prior: ``(..., C, P)``, non-negative, rows summing to one.
+      sim: ``(..., C, P)`` floating-point, finite, ``P >= 1``.
+      prior: ``(..., C, P)`` floating point, the shape of ``sim``,
+        non-negative, rows summing to one (so no row is all zero).
 
     Returns:
       Scalar.
+
+    Raises:
+      ValueError: integer or non-finite ``sim``/``prior``, ``prior`` of
+        another shape, or a ``prior`` row that is negative or does not sum
+        to one.
     """
     sim = _float_array("sim", sim)
     prior = _float_array("prior", prior)
+    if sim.shape[-1] < 1:
+        raise ValueError(f"sim must have at least one parent (P >= 1); got shape {sim.shape}")
+    if prior.shape != sim.shape:
+        raise ValueError(f"prior must have the shape of sim (..., C, P) = {sim.shape}; got {prior.shape}")
     if _concrete(prior):
         p = np.asarray(prior)
         if np.any(p < 0) or not np.allclose(p.sum(-1), 1.0, rtol=0, atol=1e-10):
@@ -520,8 +545,10 @@ def prior_energy(sim, prior) -> Array:
 
 def init_attention(d_in: int, d_k: int, *, key, scale: float = 1.0) -> AttentionParams:
     r"""Gaussian :math:`W^Q, W^K` with entries :math:`\mathcal{N}(0, \mathrm{scale}^2/d_{in})`."""
-    if d_in < 1 or d_k < 1:
-        raise ValueError(f"d_in and d_k must be >= 1; got {d_in}, {d_k}")
+    d_in = _check_count("d_in", d_in, 1)
+    d_k = _check_count("d_k", d_k, 1)
+    if not (np.ndim(scale) == 0 and np.isfinite(scale) and scale > 0):
+        raise ValueError(f"scale must be a finite scalar > 0; got {scale!r}")
     k1, k2 = jax.random.split(key)
     s = scale / math.sqrt(d_in)
     return AttentionParams(
@@ -535,14 +562,13 @@ def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key
 
     ``d_head`` defaults to ``d_model // n_heads``; the value width equals ``d_head``.
     """
-    if n_heads < 1:
-        raise ValueError(f"n_heads must be >= 1; got {n_heads}")
+    d_model = _check_count("d_model", d_model, 1)
+    n_heads = _check_count("n_heads", n_heads, 1)
     if d_head is None:
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
         d_head = d_model // n_heads
-    if d_head < 1 or d_model < 1:
-        raise ValueError(f"d_model and d_head must be >= 1; got {d_model}, {d_head}")
+    d_head = _check_count("d_head", d_head, 1)
     kq, kk, kv, ko = jax.random.split(key, 4)
     a = 1.0 / math.sqrt(d_model)
     return MultiHeadParams(
@@ -560,10 +586,11 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
     :math:`1/\sqrt{d_{head}}`.
 
     Args:
-      params: :class:`MultiHeadParams`.
-      xq: ``(..., N_Q, d_model)`` query tokens.
-      xkv: ``(..., N_K, d_model)`` key/value tokens; ``None`` for
-        self-attention (``xkv = xq``).
+      params: :class:`MultiHeadParams`, floating point and finite, ``H >= 1``.
+      xq: ``(..., N_Q, d_model)`` query tokens, floating point and finite
+        (integer arrays raise ``ValueError``, here and for ``params``).
+      xkv: ``(..., N_K, d_model)`` key/value tokens with ``N_K >= 1``;
+        ``None`` for self-attention (``xkv = xq``).
       mask: optional boolean broadcastable to ``(..., H, N_Q, N_K)``
         (a ``(N_Q, N_K)`` mask applies to every head).
       bias: optional log-prior broadcastable to ``(..., H, N_Q, N_K)``.
@@ -573,6 +600,14 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
     """
     if not isinstance(params, MultiHeadParams):
         raise ValueError(f"params must be MultiHeadParams; got {type(params).__name__}")
+    params = MultiHeadParams(*(core.float_array(f"params.{name}", a) for name, a in zip(MultiHeadParams._fields, params)))
+    if any(a.ndim != 3 for a in params):
+        raise ValueError(
+            "params must have wq, wk: (H, d_head, d_model), wv: (H, d_v, d_model), wo: (H, d_model, d_v); got "
+            f"{params.wq.shape}, {params.wk.shape}, {params.wv.shape}, {params.wo.shape}"
+        )
+    if params.wq.shape[0] < 1:
+        raise ValueError(f"params must hold at least one head (H >= 1); got params.wq of shape {params.wq.shape}")
     xq = _float_array("xq", xq)
     xkv = xq if xkv is None else _float_array("xkv", xkv)
     H, dh, dm = params.wq.shape
@@ -597,8 +632,9 @@ def causal_mask(n: int, m: int | None = None) -> Array:
     With ``m > n`` the queries are the last ``n`` of ``m`` positions (query
     ``i`` sits at position ``i + m - n``), so every row keeps at least one key.
     """
-    m = n if m is None else m
-    if n < 1 or m < n:
+    n = _check_count("n", n, 1)
+    m = n if m is None else _check_count("m", m, 1)
+    if m < n:
         raise ValueError(f"causal_mask needs 1 <= n <= m; got n={n}, m={m}")
     return jnp.arange(m)[None, :] <= (jnp.arange(n)[:, None] + (m - n))
 
@@ -615,6 +651,7 @@ def relative_position_bias(table, n: int) -> Array:
       ``(..., n, n)``.
     """
     table = _float_array("table", table, min_ndim=1)
+    n = _check_count("n", n, 1)
     if table.shape[-1] != 2 * n - 1:
         raise ValueError(f"table must have 2n - 1 = {2 * n - 1} entries in its last axis; got {table.shape}")
     idx = jnp.arange(n)[None, :] - jnp.arange(n)[:, None] + n - 1
@@ -628,12 +665,11 @@ def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
               \mathrm{PE}(i)_{2j+1} = \cos(i\,\omega_j), \quad
               \omega_j = \mathrm{base}^{-2j/d}.
     """
-    if n < 1:
-        raise ValueError(f"n must be >= 1; got {n}")
-    if d < 2 or d % 2:
+    n = _check_count("n", n, 1)
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
         raise ValueError(f"d must be a positive even integer; got {d}")
-    if not base > 1:
-        raise ValueError(f"base must be > 1; got {base}")
+    if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
+        raise ValueError(f"base must be a finite scalar > 1; got {base!r}")
     omega = base ** (-2.0 * jnp.arange(d // 2) / d)
     ang = jnp.arange(n)[:, None] * omega[None, :]
     return jnp.stack([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(n, d)
@@ -650,8 +686,12 @@ def sinusoidal_shift(k, d: int, *, base: float = 10000.0) -> Array:
     Returns:
       ``(d, d)`` orthogonal matrix.
     """
-    if d < 2 or d % 2:
+    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
         raise ValueError(f"d must be a positive even integer; got {d}")
+    if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
+        raise ValueError(f"base must be a finite scalar > 1; got {base!r}")
+    if _concrete(k) and not (np.ndim(k) == 0 and np.isfinite(k)):
+        raise ValueError(f"k must be a finite scalar offset; got {k!r}")
     omega = base ** (-2.0 * jnp.arange(d // 2) / d)
     c, s = jnp.cos(k * omega), jnp.sin(k * omega)
     blocks = jnp.stack([jnp.stack([c, s], -1), jnp.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
@@ -665,12 +705,14 @@ def sinusoidal_shift(k, d: int, *, base: float = 10000.0) -> Array:
 _PRIORS = ("hopfield", "slot")
 
 
-def _check_structural(mu, x, w, prior):
-    mu = _float_array("mu", mu)
+def _check_structural(mu, x, w, prior, mu_name="mu"):
+    mu = _float_array(mu_name, mu)
     x = _float_array("x", x)
     w = _float_array("w", w)
     if mu.ndim != 2 or x.ndim != 2 or w.ndim != 2:
-        raise ValueError(f"mu, x and w must be matrices; got {mu.shape}, {x.shape}, {w.shape}")
+        raise ValueError(f"{mu_name}, x and w must be matrices; got {mu.shape}, {x.shape}, {w.shape}")
+    if mu.shape[0] < 1 or x.shape[0] < 1:
+        raise ValueError(f"{mu_name} and x must each have at least one row (m, n >= 1); got {mu.shape}, {x.shape}")
     if w.shape != (mu.shape[1], x.shape[1]):
         raise ValueError(f"w must have shape (d_mu, d_x) = {(mu.shape[1], x.shape[1])}; got {w.shape}")
     if prior not in _PRIORS:
@@ -702,7 +744,8 @@ def collapsed_free_energy(mu, x, w, *, prior: str = "hopfield") -> Array:
 
     Args:
       mu: ``(m, d_mu)`` latent means. x: ``(n, d_x)`` observations.
-      w: ``(d_mu, d_x)``.
+      w: ``(d_mu, d_x)``. All three floating point (integer arrays raise
+        ``ValueError``) and finite, with ``m, n >= 1``.
 
     Returns:
       Scalar.
@@ -735,11 +778,19 @@ def cccp_step(mu, x, w, *, prior: str = "hopfield") -> Array:
 def cccp(mu0, x, w, *, prior: str = "hopfield", n_steps: int = 20):
     r"""Iterate :func:`cccp_step` ``n_steps`` times (jitted ``lax.scan``).
 
+    Args:
+      mu0, x, w: as in :func:`collapsed_free_energy`.
+      prior: ``"hopfield"`` or ``"slot"``.
+      n_steps: a Python integer ``>= 0`` (a float such as ``1.5`` raises
+        ``ValueError`` rather than being truncated).
+
     Returns:
       ``(mu, trace)``: the final ``(m, d_mu)`` means and the ``(n_steps + 1,)``
       free energies :math:`F(\mu^{(0)}), \dots, F(\mu^{(T)})`.
     """
-    mu0, x, w = _check_structural(mu0, x, w, prior)
+    mu0, x, w = _check_structural(mu0, x, w, prior, "mu0")
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
+        raise ValueError(f"n_steps must be a non-negative integer; got {n_steps!r}")
     if n_steps < 0:
         raise ValueError(f"n_steps must be >= 0; got {n_steps}")
     return _cccp(mu0, x, w, prior=prior, n_steps=int(n_steps))

@@ -205,7 +205,7 @@ def _softmax_average_dense(q, k, v, beta, bias):
     return jnp.einsum("...cp,...pe->...ce", e, v) / jnp.sum(e, axis=-1, keepdims=True)
 
 
-def softmax_average(q, k, v, beta, bias=None, *, block: int = 256) -> Array:
+def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
     r"""The weighted sum of eq. (4), :math:`\sum_p \mathrm{softmax}_p(\beta q_c^\top k_p + b_{cp})\, v_p`.
 
     A kernel, not a public model: it does no validation (the callers,

@@ -49,6 +49,13 @@ schedule arrays holds step ``t``. Shapes: ``data: (N, d)``, ``x: (B, d)``,
 the signature ``eps_fn(params, schedule, x, t) -> (B, d)``; the ideal one is
 ``ideal_epsilon`` with ``params = data``, the learned one is
 ``mlp_epsilon`` with :class:`MLPParams`.
+
+Input dtypes. Points (``data``, ``x``, ``x0``, ``xt``, ``eps``, ...), the
+variance schedule ``betas`` and network parameters are continuous and must
+have a floating dtype: an integer or boolean array raises ``ValueError``
+naming it (cast explicitly). Time steps ``t`` are integers (a float ``t``
+raises), and counts (``num_steps``, ``num_samples``, ``steps``, ...) are
+Python integers.
 """
 
 from __future__ import annotations
@@ -389,7 +396,8 @@ def kl_weight(schedule, t, sigma2):
     Args:
       schedule: :class:`Schedule`.
       t: scalar or ``(B,)`` integer steps.
-      sigma2: scalar or ``(B,)`` positive :math:`\sigma_t^2`.
+      sigma2: scalar or ``(B,)`` finite positive :math:`\sigma_t^2` (a scalar
+        hyperparameter: integer values such as ``1`` are accepted).
 
     Returns:
       array of the broadcast shape of ``t`` and ``sigma2``.
@@ -398,8 +406,12 @@ def kl_weight(schedule, t, sigma2):
     t = jnp.asarray(t)
     _check_t(t, schedule, t.shape[0] if t.ndim == 1 else 1)
     sigma2 = jnp.asarray(sigma2)
-    if _concrete(sigma2) and not bool(np.all(np.asarray(sigma2) > 0)):
-        raise ValueError("sigma2 must be > 0")
+    if not (jnp.issubdtype(sigma2.dtype, jnp.floating) or jnp.issubdtype(sigma2.dtype, jnp.integer)):
+        raise ValueError(f"sigma2 must be real; got dtype {sigma2.dtype}")
+    if sigma2.ndim > 1 or (sigma2.ndim == 1 and t.ndim == 1 and sigma2.shape != t.shape):
+        raise ValueError(f"sigma2 must be a scalar or have the shape of t {t.shape}; got {sigma2.shape}")
+    if _concrete(sigma2) and not bool(np.all(np.isfinite(np.asarray(sigma2)) & (np.asarray(sigma2) > 0))):
+        raise ValueError("sigma2 must be finite and > 0")
     beta, alpha, ab = schedule.betas[t - 1], schedule.alphas[t - 1], _abar(schedule, t)
     return beta**2 / (2.0 * sigma2 * alpha * (1.0 - ab))
 
@@ -803,16 +815,36 @@ def _check_mlp_params(params) -> MLPParams:
         raise ValueError(
             f"params must hold L >= 1 weights and as many biases; got {len(params.weights)} and {len(params.biases)}"
         )
-    return params
+    ws = tuple(jnp.asarray(w) for w in params.weights)
+    bs = tuple(jnp.asarray(b) for b in params.biases)
+    for i, (w, b) in enumerate(zip(ws, bs)):
+        if w.ndim != 2 or b.shape != (w.shape[1],):
+            raise ValueError(
+                f"params.weights[{i}] must have shape (n_in, n_out) and params.biases[{i}] shape (n_out,); "
+                f"got {w.shape} and {b.shape}"
+            )
+        if i > 0 and w.shape[0] != ws[i - 1].shape[1]:
+            raise ValueError(
+                f"params.weights[{i}] must have {ws[i - 1].shape[1]} rows to follow params.weights[{i - 1}]; "
+                f"got shape {w.shape}"
+            )
+        for name, a in ((f"weights[{i}]", w), (f"biases[{i}]", b)):
+            if not jnp.issubdtype(a.dtype, jnp.floating):
+                raise ValueError(f"params.{name} must have a floating dtype; got {a.dtype}")
+            if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
+                raise ValueError(f"params.{name} must be finite")
+    return MLPParams(weights=ws, biases=bs)
 
 
 def mlp_epsilon(params: MLPParams, schedule, x, t) -> Array:
     r"""The learned noise predictor :math:`\epsilon_\theta(x_t, t)` (``eps_fn`` signature).
 
     Args:
-      params: :class:`MLPParams`.
+      params: :class:`MLPParams`, floating point and finite, with chained
+        shapes ``weights[i]: (n_i, n_{i+1})``, ``biases[i]: (n_{i+1},)``.
       schedule: :class:`Schedule` (gives :math:`T`).
-      x: ``(B, d)``.
+      x: ``(B, d)``, floating point (an integer array raises ``ValueError``)
+        and finite.
       t: scalar or ``(B,)`` integer steps.
 
     Returns:

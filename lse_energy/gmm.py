@@ -31,6 +31,11 @@ Every Gaussian log-density is computed from the Cholesky factor
 :math:`\Sigma_k = L_k L_k^\top`:
 :math:`(x-\mu)^\top\Sigma^{-1}(x-\mu) = \|L^{-1}(x-\mu)\|^2` and
 :math:`\ln|\Sigma| = 2\sum_j \ln (L)_{jj}`.
+
+Input dtypes. The data ``x``, the parameters (weights, means, covariances)
+and responsibilities are continuous: an integer or boolean array raises
+``ValueError`` naming it ("x must have a floating dtype; got int64") rather
+than being cast silently. Cast integer data yourself (``x.astype(float)``).
 """
 
 from __future__ import annotations
@@ -90,15 +95,16 @@ class GMMParams(NamedTuple):
 _concrete = core.is_concrete
 
 
-def _float(a):
+def _float(name: str, a):
+    """``a`` as an array; integer and boolean dtypes are refused (no silent cast)."""
     a = jnp.asarray(a)
     if not jnp.issubdtype(a.dtype, jnp.floating):
-        a = a.astype(jnp.result_type(float))
+        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
     return a
 
 
 def _check_x(x, d: int | None = None) -> Array:
-    x = _float(x)
+    x = _float("x", x)
     if x.ndim != 2:
         raise ValueError(f"x must have shape (N, d); got shape {x.shape}")
     if x.shape[0] < 1 or x.shape[1] < 1:
@@ -113,7 +119,7 @@ def _check_x(x, d: int | None = None) -> Array:
 def _check_params(params) -> GMMParams:
     if not isinstance(params, tuple) or len(params) != 3:
         raise ValueError("params must be GMMParams(weights, means, covariances)")
-    weights, means, covariances = (_float(a) for a in params)
+    weights, means, covariances = (_float(f"params.{f}", a) for f, a in zip(GMMParams._fields, params))
     if means.ndim != 2:
         raise ValueError(f"params.means must have shape (K, d); got shape {means.shape}")
     K, d = means.shape
@@ -303,7 +309,7 @@ def free_energy(params: GMMParams, x, resp) -> Array:
       Scalar.
     """
     s = sim(params, x, normalised=True)
-    resp = _float(resp)
+    resp = _float("resp", resp)
     if resp.shape != s.shape:
         raise ValueError(f"resp must have shape (N, K) = {s.shape}; got shape {resp.shape}")
     if _concrete(resp):

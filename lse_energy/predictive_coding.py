@@ -70,6 +70,14 @@ the correct expressions.
 
 All gradient functions return :math:`\partial E/\partial(\cdot)` (the
 gradient, not its negative), like :func:`lse_energy.core.graph_gradient`.
+
+**Input dtypes.** Every continuous-valued array (network parameters, latent
+causes, observations, layer values, activities, precisions) must have a
+floating dtype: an integer or boolean array raises ``ValueError`` naming the
+argument (cast it explicitly, e.g. ``x.astype(float)``). Discrete arguments
+keep their natural types: counts (``num_steps``, ``batch_size``, ...) are
+Python integers, ``clamp`` and ``params.adjacency`` are boolean. Scalar step
+sizes may be any finite real number.
 """
 
 from __future__ import annotations
@@ -191,12 +199,32 @@ def mlp(params: MLPParams, mu) -> Array:
     r""":math:`f_\phi(\mu) = W_2 \tanh(W_1 \mu + b_1) + b_2`, row-wise.
 
     Args:
-      params: :class:`MLPParams`.
-      mu: ``(..., m)``.
+      params: :class:`MLPParams` with ``W1: (H, m)``, ``b1: (H,)``,
+        ``W2: (d, H)``, ``b2: (d,)``; floating point and finite.
+      mu: ``(..., m)`` latent causes, floating point (an integer or boolean
+        array raises ``ValueError``; cast it explicitly) and finite.
 
     Returns:
       ``(..., d)``.
+
+    Raises:
+      ValueError: ``mu`` without a last axis of width ``m = params.W1.shape[1]``,
+        a non-floating dtype, or non-finite values (checked when concrete).
     """
+    params = _check_params(params)
+    mu = jnp.asarray(mu)
+    m = params.W1.shape[1]
+    if mu.ndim < 1 or mu.shape[-1] != m:
+        raise ValueError(f"mu must have shape (..., m) with m = params.W1.shape[1] = {m}; got {mu.shape}")
+    if not jnp.issubdtype(mu.dtype, jnp.floating):
+        raise ValueError(f"mu must be floating point; got {mu.dtype}")
+    if _is_concrete(mu) and not bool(np.all(np.isfinite(np.asarray(mu)))):
+        raise ValueError("mu must be finite")
+    return _mlp(params, mu)
+
+
+def _mlp(params, mu):
+    """:func:`mlp` without validation (for use inside jitted code and gradients)."""
     h = jnp.tanh(mu @ params.W1.T + params.b1)
     return h @ params.W2.T + params.b2
 
@@ -237,11 +265,11 @@ def _check_matrix(name: str, a, cols: int, what: str) -> Array:
     return a
 
 
-def _check_mixture(params, x, mu):
+def _check_mixture(params, x, mu, mu_name="mu"):
     params = _check_params(params)
     m, d = params.W1.shape[1], params.W2.shape[0]
     x = _check_matrix("x", x, d, "d = params.W2.shape[0]")
-    mu = _check_matrix("mu", mu, m, "m = params.W1.shape[1]")
+    mu = _check_matrix(mu_name, mu, m, "m = params.W1.shape[1]")
     return params, x, mu
 
 
@@ -252,7 +280,7 @@ def _check_mixture(params, x, mu):
 
 def _errors(params, x, mu):
     """Prediction errors e[i, k] = x_i - f(mu_k), shape (N, K, d), and f(mu), (K, d)."""
-    pred = mlp(params, mu)
+    pred = _mlp(params, mu)
     return x[:, None, :] - pred[None, :, :], pred
 
 
@@ -261,8 +289,11 @@ def mixture_sim(params: MLPParams, x, mu) -> Array:
 
     Args:
       params: :class:`MLPParams` of :math:`f_\phi`.
-      x: ``(N, d)`` data (children).
-      mu: ``(K, m)`` latent causes (parents).
+      x: ``(N, d)`` data (children), floating point and finite.
+      mu: ``(K, m)`` latent causes (parents), floating point and finite.
+        Integer or boolean ``x``, ``mu`` or parameters raise ``ValueError``
+        (all are continuous; cast explicitly), as in every ``mixture_*``
+        function.
 
     Returns:
       ``(N, K)``.
@@ -364,7 +395,7 @@ def mixture_grad_mu(params: MLPParams, x, mu) -> Array:
     """
     params, x, mu = _check_mixture(params, x, mu)
     s = _summed_errors(params, x, mu)
-    _, pullback = jax.vjp(lambda m: mlp(params, m), mu)
+    _, pullback = jax.vjp(lambda m: _mlp(params, m), mu)
     (jts,) = pullback(s)
     return -jts
 
@@ -390,7 +421,7 @@ def mixture_grad_params(params: MLPParams, x, mu) -> MLPParams:
 
 def _grad_params(params, x, mu):
     s = _summed_errors(params, x, mu)
-    _, pullback = jax.vjp(lambda p: mlp(p, mu), params)
+    _, pullback = jax.vjp(lambda p: _mlp(p, mu), params)
     (g,) = pullback(s)
     return jax.tree.map(jnp.negative, g)
 
@@ -455,7 +486,7 @@ def _energy(params, x, mu):
 
 def _grad_mu(params, x, mu):
     s = _summed_errors(params, x, mu)
-    _, pullback = jax.vjp(lambda m: mlp(params, m), mu)
+    _, pullback = jax.vjp(lambda m: _mlp(params, m), mu)
     return -pullback(s)[0]
 
 
@@ -518,7 +549,7 @@ def mixture_infer(params: MLPParams, x, mu0, *, num_steps: int, step_size: float
     Returns:
       :class:`MixtureInference` ``(mu, energy, step_size)``.
     """
-    params, x, mu0 = _check_mixture(params, x, mu0)
+    params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     num_steps = _check_int("num_steps", num_steps, 1)
     step_size = _check_step(step_size)
     return _infer_jit(params, x, mu0, jnp.asarray(1.0 if step_size is None else step_size, x.dtype),
@@ -602,7 +633,7 @@ def mixture_fit(
     Returns:
       :class:`MixtureFit`.
     """
-    params, x, mu0 = _check_mixture(params, x, mu0)
+    params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
         raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
     num_rounds = _check_int("num_rounds", num_rounds, 1)
@@ -684,7 +715,7 @@ def mixture_sample(
             )
     labels = jnp.repeat(jnp.arange(K), n)
     z = centres[labels] + latent_noise * jax.random.normal(kz, (K * n, m), dtype)
-    x = mlp(teacher, z) + obs_noise * jax.random.normal(kx, (K * n, d), dtype)
+    x = _mlp(teacher, z) + obs_noise * jax.random.normal(kx, (K * n, d), dtype)
     return MixtureData(x=x, labels=labels, latent_centres=centres, z=z)
 
 
@@ -807,7 +838,10 @@ def _check_values(xs, sizes, name="xs") -> tuple:
 
 
 def _check_precisions(precisions, L, dtype) -> Array:
-    p = jnp.asarray(precisions, dtype=dtype)
+    p = jnp.asarray(precisions)
+    if not jnp.issubdtype(p.dtype, jnp.floating):
+        raise ValueError(f"precisions must be floating point; got {p.dtype}")
+    p = p.astype(dtype)
     if p.shape != (L,):
         raise ValueError(f"precisions must have shape (L,) = ({L},); got {p.shape}")
     if _is_concrete(p):
@@ -885,7 +919,14 @@ def pcn_forward(params: PCNParams, x) -> tuple:
       tuple of ``L`` arrays ``(..., n_l)``.
     """
     params = _check_pcn_params(params)
-    x = _check_values((x,), _pcn_sizes(params)[:1], name="x")[0]
+    n1 = _pcn_sizes(params)[0]
+    x = jnp.asarray(x)
+    if x.ndim < 1 or x.shape[-1] != n1:
+        raise ValueError(f"x must have shape (..., n_1) with n_1 = {n1}; got {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"x must be floating point; got {x.dtype}")
+    if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
+        raise ValueError("x must be finite")
     return _pcn_forward(params, x)
 
 
@@ -926,10 +967,12 @@ def pcn_errors(params: PCNParams, xs, precisions=None) -> tuple:
 
     Args:
       params: :class:`PCNParams`.
-      xs: tuple of ``L`` arrays ``(..., n_l)``.
-      precisions: ``(L,)`` scalars :math:`(\pi_1, \dots, \pi_L)`, with
+      xs: tuple of ``L`` floating-point arrays ``(..., n_l)`` (an integer or
+        boolean layer raises ``ValueError``).
+      precisions: ``(L,)`` floating-point scalars :math:`(\pi_1, \dots, \pi_L)`, with
         :math:`\pi_1 \ge 0` and :math:`\pi_l > 0` for :math:`l \ge 2`;
-        ``None`` means :math:`(0, 1, \dots, 1)`.
+        ``None`` means :math:`(0, 1, \dots, 1)`. An integer array raises
+        ``ValueError``.
 
     Returns:
       tuple of ``L`` arrays ``(..., n_l)``.
@@ -1487,7 +1530,10 @@ def _check_anpc_precisions(precisions, N, dtype) -> Array:
     """Per-synapse precisions k (N, N); ``None`` is all ones, (N,) is per neuron."""
     if precisions is None:
         return jnp.ones((N, N), dtype)
-    k = jnp.asarray(precisions, dtype=dtype)
+    k = jnp.asarray(precisions)
+    if not jnp.issubdtype(k.dtype, jnp.floating):
+        raise ValueError(f"precisions must be floating point; got {k.dtype}")
+    k = k.astype(dtype)
     if k.shape == (N,):
         k = jnp.broadcast_to(k[:, None], (N, N))
     elif k.shape != (N, N):
@@ -1514,10 +1560,10 @@ def _anpc_fprime(x, activation):
     return 1.0 - jnp.tanh(x) ** 2 if activation == "tanh" else jnp.ones_like(x)
 
 
-def _anpc_setup(params, x, precisions, activation):
+def _anpc_setup(params, x, precisions, activation, x_name="x"):
     params = _check_anpc_params(params)
     N = params.weights.shape[0]
-    x = _check_anpc_x(x, N)
+    x = _check_anpc_x(x, N, x_name)
     k = _check_anpc_precisions(precisions, N, x.dtype)
     return params, x, k, _check_activation(activation)
 
@@ -1572,7 +1618,8 @@ def anpc_sim(params: ANPCParams, x, precisions=None, *, activation: str = "tanh"
 
     Args:
       params: :class:`ANPCParams`.
-      x: ``(..., N)``.
+      x: ``(..., N)`` floating-point activities (an integer or boolean
+        array raises ``ValueError``, as do integer ``precisions``).
       precisions: ``None`` (all :math:`k = 1`), ``(N,)`` one precision per
         neuron (:math:`k_{ij} = k_i`, the "node specific precisions" of
         §4.4), or ``(N, N)`` one per synapse; finite and :math:`\ge 0`.
@@ -1950,7 +1997,7 @@ def anpc_infer(params: ANPCParams, x0, precisions=None, *, clamp, num_steps: int
     Returns:
       :class:`ANPCInference`.
     """
-    params, x0, k, activation = _anpc_setup(params, x0, precisions, activation)
+    params, x0, k, activation = _anpc_setup(params, x0, precisions, activation, "x0")
     free = ~_check_clamp_mask(clamp, params.weights.shape[0])
     num_steps = _check_int("num_steps", num_steps, 1)
     eta = jnp.asarray(_pcn_check_step(step_size), x0.dtype)

@@ -31,6 +31,16 @@ CD rule of §23.8 updates only :math:`W`; here the biases get the same
 positive-minus-negative update (their statistics are :math:`v` and
 :math:`P(h=1\mid v)`).
 
+Input dtypes. The parameters :math:`W, b, c` are continuous: an integer or
+boolean array raises ``ValueError`` naming it. Unit states ``v`` and ``h``
+are binary data and keep their natural dtypes: float, integer or boolean
+arrays are accepted and cast to ``params.W.dtype``; an integer or boolean
+array must hold 0/1 (anything else raises), and functions that need binary
+data (:func:`gibbs`, :func:`cd_gradient`, :func:`fit`,
+:func:`log_likelihood`, ...) require 0/1 of a float array too. Where a
+function accepts real-valued states (the energies, free energies and
+conditional probabilities extend multilinearly), it says so.
+
 Shapes: ``v`` is ``(n_visible,)`` or a batch ``(N, n_visible)``; ``h`` is
 ``(n_hidden,)`` or ``(N, n_hidden)``. Per-configuration quantities
 (:func:`energy`, :func:`free_energy`, :func:`log_likelihood`) are returned per
@@ -172,14 +182,17 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
     if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
             or x.dtype == jnp.bool_):
         raise ValueError(f"{name} must be numeric; got dtype {x.dtype}")
-    x = x.astype(dtype)
+    # Integer and boolean arrays are binary unit states (data), never a
+    # continuous relaxation: they must hold 0/1, whatever the function.
+    discrete = not jnp.issubdtype(x.dtype, jnp.floating)
     if _concrete(x):
         arr = np.asarray(x)
-        if not np.all(np.isfinite(arr)):
+        if not discrete and not np.all(np.isfinite(arr)):
             raise ValueError(f"{name} must be finite")
-        if binary and not np.all((arr == 0) | (arr == 1)):
-            raise ValueError(f"{name} must be binary (entries 0 or 1)")
-    return x
+        if (binary or discrete) and not np.all((arr == 0) | (arr == 1)):
+            got = f"an {x.dtype} array" if discrete else "other values"
+            raise ValueError(f"{name} must be binary (entries 0 or 1); got {got} with values outside {{0, 1}}")
+    return x.astype(dtype)
 
 
 def _check_int(value, name: str, low: int) -> int:
@@ -272,7 +285,10 @@ def free_energy(params: RBMParams, v) -> Array:
 
     Args:
       params: :class:`RBMParams`.
-      v: ``(n_visible,)`` or ``(n_samples, n_visible)``, real values allowed.
+      v: ``(n_visible,)`` or ``(n_samples, n_visible)``. A floating array may
+        hold any finite real values (the continuous relaxation); an integer
+        or boolean array is binary data, cast to ``params.W.dtype``, and must
+        hold 0/1 only.
 
     Returns:
       ``()`` or ``(n_samples,)``.
@@ -526,12 +542,16 @@ def log_likelihood(params: RBMParams, v, *, log_z=None) -> Array:
     r"""Exact :math:`\ln q(v) = -F(v) - \ln Z` per sample (:math:`-L` of §23.4).
 
     Args:
-      v: ``(n_visible,)`` or ``(N, n_visible)``.
+      v: ``(n_visible,)`` or ``(N, n_visible)`` binary visible states
+        (float, integer or boolean holding 0/1; other values raise
+        ``ValueError``, since :math:`Z` sums over binary states only).
       log_z: a precomputed :func:`log_partition`; computed when ``None``.
 
     Returns:
       ``()`` or ``(N,)``.
     """
+    W, _, _ = _check_params(params)
+    _check_layer(v, W.shape[0], "v", W.dtype, binary=True)
     if log_z is None:
         log_z = log_partition(params)
     else:
@@ -555,9 +575,14 @@ def log_likelihood_grad(params: RBMParams, v) -> RBMParams:
     the model expectation taken exactly over all :math:`2^{n_\text{visible}}`
     visible states. (The notes write the loss :math:`L = -\ln q`, whose
     gradient is the negative of this.) For small RBMs only.
+
+    Args:
+      params: :class:`RBMParams`.
+      v: ``(n_visible,)`` or ``(N, n_visible)`` binary data (float, integer
+        or boolean 0/1; other values raise ``ValueError``).
     """
     W, b, c = _check_params(params)
-    v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype))
+    v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
     states = binary_states(W.shape[0], W.dtype)
     q = jax.nn.softmax(-_free_energy(W, b, c, states))
     p = jax.nn.sigmoid(states @ W + c)

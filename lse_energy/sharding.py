@@ -77,6 +77,14 @@ def _axis(mesh) -> str:
     return mesh.axis_names[0]
 
 
+def _float_x(x) -> Array:
+    """The sharded GMM takes continuous data: an integer or boolean ``x`` raises (no silent cast)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"x must have a floating dtype; got {x.dtype} (cast it explicitly)")
+    return x
+
+
 def shard_rows(a, mesh: Mesh):
     r"""Zero-pad ``a`` to a multiple of the device count along axis 0 and place it row-sharded.
 
@@ -87,6 +95,8 @@ def shard_rows(a, mesh: Mesh):
     axis = _axis(mesh)
     n_dev = mesh.devices.size
     a = jnp.asarray(a)
+    if a.ndim < 1:
+        raise ValueError(f"a must have at least one axis (the rows to shard); got shape {a.shape}")
     N = a.shape[0]
     pad = (-N) % n_dev
     valid = jnp.concatenate([jnp.ones((N,), a.dtype), jnp.zeros((pad,), a.dtype)])
@@ -140,8 +150,9 @@ def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 
 
     Args:
       params: :class:`lse_energy.gmm.GMMParams`.
-      x: ``(N, d)``; any ``N`` (rows are zero-padded to a multiple of the
-        device count and masked out).
+      x: ``(N, d)`` floating point (an integer or boolean array raises
+        ``ValueError``) and finite; any ``N`` (rows are zero-padded to a
+        multiple of the device count and masked out).
       mesh: a one-axis :class:`~jax.sharding.Mesh` (e.g. :func:`data_mesh`).
       reg_covar: as in :func:`lse_energy.gmm.em_step`.
 
@@ -150,7 +161,7 @@ def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 
       ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order.
     """
     params = gmm._check_params(params)
-    x = gmm._check_x(x, params.means.shape[1])
+    x = gmm._check_x(_float_x(x), params.means.shape[1])
     reg = gmm._check_reg(reg_covar)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
@@ -189,10 +200,17 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
     stopping rule and the same energy trace; one pass over each device's rows
     and one ``psum`` per iteration.
 
+    Args:
+      x: ``(N, d)`` floating point (an integer or boolean array raises
+        ``ValueError``) and finite.
+      n_components: ``K >= 1``.
+      mesh: a one-axis :class:`~jax.sharding.Mesh`.
+      key, max_iter, tol, reg_covar: as in :func:`lse_energy.gmm.fit`.
+
     Returns:
       ``(params, energies)`` as :func:`lse_energy.gmm.fit`.
     """
-    x = gmm._check_x(x)
+    x = gmm._check_x(_float_x(x))
     max_iter, tol_f = gmm._check_fit_args(max_iter, tol)
     params = gmm.initialize(x, n_components, key=key, reg_covar=reg_covar)
     reg = jnp.asarray(gmm._check_reg(reg_covar), x.dtype)

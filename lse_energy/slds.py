@@ -28,6 +28,14 @@ functions here implement the corrected forms (see each docstring).
 
 The model treats every transition independently given the parameters: the mode of
 step :math:`t` does not depend on the mode of step :math:`t-1`.
+
+Input dtypes. The trajectory ``x``, the start state ``x0``, every parameter
+and the responsibilities ``resp`` are continuous and must have a floating
+dtype: an integer or boolean array raises ``ValueError`` naming it (cast
+explicitly). Discrete arguments keep their natural types: ``missing`` is an
+integer index array or a boolean mask, counts (``n_components``,
+``n_steps``, ``max_iter``, ...) are integers, and scalar hyperparameters
+(``reg_covar``, ``tol``, ``step_size``) may be any finite real number.
 """
 
 from __future__ import annotations
@@ -470,8 +478,10 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> SLDSParams:
     :math:`\sum_t \alpha_{t,k} z_t z_t^\top` invertible.
 
     Args:
-      x: ``(T, d)``.
-      resp: ``(T-1, K)`` non-negative responsibilities.
+      x: ``(T, d)``, floating point and finite.
+      resp: ``(T-1, K)`` non-negative responsibilities, floating point (an
+        integer or boolean array, even a one-hot one, raises ``ValueError``:
+        responsibilities are probabilities; cast them explicitly).
       reg_covar: :math:`\lambda \ge 0`.
 
     Returns:
@@ -482,6 +492,8 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> SLDSParams:
     resp = jnp.asarray(resp)
     if resp.ndim != 2 or resp.shape[0] != x.shape[0] - 1 or resp.shape[1] < 1:
         raise ValueError(f"resp must have shape (T-1, K) = ({x.shape[0] - 1}, K); got {resp.shape}")
+    if not jnp.issubdtype(resp.dtype, jnp.floating):
+        raise ValueError(f"resp must have a floating dtype; got {resp.dtype}")
     if _concrete(resp):
         rn = np.asarray(resp)
         if not np.all(np.isfinite(rn)) or np.any(rn < 0):

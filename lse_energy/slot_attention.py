@@ -29,6 +29,14 @@ Contents, in the order of the spine:
 
 Sign conventions: every ``grad_*`` returns :math:`\partial E/\partial(\cdot)`; the seed
 prints :math:`-\partial E/\partial(\cdot)`.
+
+Input dtypes. Tokens ``x``, slots ``mu``, the projections ``params.w_k`` and
+``params.w_q``, the assignment matrix ``a`` and the ``points`` of
+:func:`fourier_features` are continuous and must have a floating dtype: an
+integer or boolean array (even a one-hot assignment) raises ``ValueError``
+naming it (cast explicitly). Counts (``n_steps``, ``n_slots``, ...) are
+Python integers; scalar hyperparameters (``lam``, ``step``, ``prox``,
+``lengthscale``) may be any finite real number.
 """
 
 from __future__ import annotations
@@ -183,9 +191,11 @@ def similarity(params: SlotParams, x, mu) -> Array:
     r"""Similarities :math:`s_{ji} = (W_K x_j)^\top (W_Q \mu_i)` (§5).
 
     Args:
-      params: :class:`SlotParams`.
-      x: ``(N, d_x)`` tokens (children).
-      mu: ``(S, d_mu)`` slots (parents).
+      params: :class:`SlotParams`, ``w_k: (D, d_x)``, ``w_q: (D, d_mu)``.
+      x: ``(N, d_x)`` tokens (children), ``N >= 1``.
+      mu: ``(S, d_mu)`` slots (parents), ``S >= 1``.
+      All floating point and finite: an integer or boolean array raises
+      ``ValueError`` naming it, here and in every function of this module.
 
     Returns:
       ``(N, S)`` matrix.
@@ -403,7 +413,7 @@ def e_step(params: SlotParams, x, mu, *, n_steps: int, method: str = "cccp",
       :math:`F_\lambda` (:func:`free_energy`; eq. 12 when ``lam=0``) along the run.
     """
     params, x, mu = _check(params, x, mu)
-    if not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
         raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
     if method not in ("cccp", "gradient"):
         raise ValueError(f"method must be 'cccp' or 'gradient'; got {method!r}")
@@ -574,7 +584,7 @@ def unconstrained_m_steps(params: SlotParams, x, mu, a, *, n_iter: int):
       ``(params, MStepTrace)``: final maps and ``(n_iter + 1,)`` traces.
     """
     params, x, mu, a = _check(params, x, mu, a)
-    if not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
+    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
         raise ValueError(f"n_iter must be a positive integer; got {n_iter!r}")
     return _alternate(params, x, mu, a, int(n_iter))
 
@@ -689,7 +699,7 @@ def fourier_features(points, *, n_features: int, lengthscale: float, key) -> Arr
       ``(N, D)`` tokens.
     """
     points = _check_array("points", points, 2)
-    if not isinstance(n_features, (int, np.integer)) or n_features < 1:
+    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
         raise ValueError(f"n_features must be a positive integer; got {n_features!r}")
     _check_positive("lengthscale", lengthscale)
     k1, k2 = jax.random.split(key)
@@ -727,7 +737,7 @@ def init_slots(x, n_slots: int, *, key) -> Array:
       ``(S, d)`` initial slots.
     """
     x = _check_array("x", x, 2)
-    if not isinstance(n_slots, (int, np.integer)) or not 1 <= n_slots <= x.shape[0]:
+    if isinstance(n_slots, bool) or not isinstance(n_slots, (int, np.integer)) or not 1 <= n_slots <= x.shape[0]:
         raise ValueError(f"n_slots must be an integer in [1, N={x.shape[0]}]; got {n_slots!r}")
     first = jax.random.randint(key, (), 0, x.shape[0])
     return x[_farthest(x, first, int(n_slots))]
@@ -746,7 +756,7 @@ def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
       ``(points, labels, centres)``: ``(n_blobs * n_per_blob, 2)``, ``(n_blobs *
       n_per_blob,)`` integer labels, ``(n_blobs, 2)``.
     """
-    if not isinstance(n_blobs, (int, np.integer)) or n_blobs < 1:
+    if isinstance(n_blobs, bool) or not isinstance(n_blobs, (int, np.integer)) or n_blobs < 1:
         raise ValueError(f"n_blobs must be a positive integer; got {n_blobs!r}")
     _check_positive("std", std)
     n_per_blob = _check_count("n_per_blob", n_per_blob)

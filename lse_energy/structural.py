@@ -76,6 +76,7 @@ __all__ = [
     "init_toy",
     "predict_multihop_task",
     "run_multihop_experiment",
+    "run_multihop_experiments",
     "ExpandingTask",
     "make_expanding_task",
     "sample_expanding",
@@ -390,18 +391,28 @@ class ExpandingResult(NamedTuple):
       output: ``(..., d_v)``, :math:`\sum_{i < H_T} (p_T)_i v_i`.
       window: ``(...)`` int, :math:`H_T = H(q_T)`, the window at convergence.
       iterations: ``(...)`` int, number of mean-field updates taken, :math:`T`.
-      ops: ``(...)`` float, the operation count
-        :math:`d\,H_{\max} + \sum_{t=0}^{T} H_t + d_v H_T`: dot products for the
-        largest window ever used (each cached and reused), one re-weighting
-        per iteration over its window (plus the final one), and the value
-        sum. Compare :func:`self_attention_ops`.
+      ops: ``(...)`` float, the operations this call performed,
+        :math:`d\,D + \sum_{t=0}^{T-1} H_t + H_T + d_v H_T`: the :math:`D`
+        dot products it actually computed (``dots``: all ``n`` keys on the
+        dense path, ``cap`` on the truncated one, summed over the attempts of
+        ``max_window="auto"``), one re-weighting per iteration over its window
+        (plus the final one) and the value sum. The idealised cached algorithm
+        computes only :math:`D = H_{\max}` dot products (``max_window``);
+        compare :func:`self_attention_ops`.
       converged: ``(...)`` bool, :math:`|q_{t+1} - q_t| < \mathrm{tol}` reached.
       q: ``(...)``, :math:`q_T`.
       alpha, beta: ``(...)``, :math:`\alpha_T, \beta_T`.
-      weights: ``(..., n)``, :math:`p_T` (zero outside the window).
+      weights: ``(..., m)``, :math:`p_T` (zero outside the window) over the
+        first ``m`` keys: ``m = n`` on the dense path, the cap on the
+        truncated one (the keys beyond it have weight zero when there is no
+        overflow).
       q_trace: ``(..., max_steps + 1)``, :math:`q_0, q_1, \dots` (held at
         :math:`q_T` after convergence).
       max_window: ``(...)`` int, :math:`H_{\max} = \max_{t \le T} H_t`.
+      dots: ``(...)`` int, dot products computed for this query (see ``ops``).
+      overflow: ``(...)`` bool, the truncated path needed a window larger than
+        its cap (the result is then *not* the dense one; always ``False`` on
+        the dense path and after ``max_window="auto"``).
     """
 
     output: Array
@@ -415,10 +426,25 @@ class ExpandingResult(NamedTuple):
     weights: Array
     q_trace: Array
     max_window: Array
+    dots: Array
+    overflow: Array
+
+
+def _check_max_window(max_window, n):
+    if max_window is None or max_window == "auto":
+        return max_window
+    return min(_check_int("max_window", max_window, 1), n)
+
+
+def _auto_start(alpha0, beta0, eps, n):
+    # Smallest power of two >= 32 and >= 2 H(q_0): windows usually grow from H(q_0) as q_t falls.
+    q0 = np.asarray(alpha0, float) / (np.asarray(alpha0, float) + np.asarray(beta0, float))
+    h0 = int(np.max(np.ceil(math.log(eps) / np.log1p(-q0))))
+    return min(n, 1 << max(5, (2 * max(h0, 1) - 1).bit_length()))
 
 
 def expanding_attention(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3,
-                        max_steps: int = 100, scale=None, mask=None) -> ExpandingResult:
+                        max_steps: int = 100, scale=None, mask=None, max_window=None) -> ExpandingResult:
     r"""Expanding attention: geometric prior over the attended distance, Beta hyper-prior.
 
     Keys are ordered by distance from the query: ``k[..., i, :]`` is the key
@@ -431,11 +457,28 @@ def expanding_attention(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, to
     the output is the posterior expectation of the values under
     :math:`q_T` (window :math:`H(q_T)`).
 
-    Implementation: a jitted ``lax.scan`` of ``max_steps`` steps that freezes
-    the state once converged (so it is reverse-differentiable; the windows
-    are integers and carry no gradient). Dense arrays hold all ``n`` dot
-    products for static shapes; ``ops`` counts what the cached, expanding
-    algorithm needs.
+    **Dense path** (``max_window=None``): a jitted ``lax.scan`` of
+    ``max_steps`` steps over all ``n`` dot products that freezes the state
+    once converged, so it works under ``jit``/``grad`` (the windows are
+    integers and carry no gradient). Use it for training.
+
+    **Truncated path** (``max_window=cap``): computes only the first ``cap``
+    dot products and runs the same updates on them (a ``lax.while_loop`` that
+    stops when every query has converged; forward only). *Exactness:* step 2
+    at iteration :math:`t` reads only :math:`s_i` and ``mask`` for
+    :math:`i < H_t`, and :math:`H_t = \min(H(q_t), n)` is a function of
+    :math:`q_t` alone. So if :math:`H_t \le \mathrm{cap}` for every
+    :math:`t \le T`, by induction on :math:`t` both paths see the same
+    numbers and produce the same :math:`(\alpha_t, \beta_t, q_t)`, windows,
+    iteration counts, weights and output (equal up to floating-point
+    summation order). At the first step where :math:`H_t > \mathrm{cap}` the
+    two states are still equal, so that step is detected exactly; it is
+    reported in ``overflow`` (and the query's result is then that of a
+    window clipped at ``cap``). ``max_window="auto"`` (concrete inputs only)
+    starts from a small power of two (at least 32 and :math:`2 H(q_0)`), doubles the cap on the host until no
+    query overflows (at worst ``cap = n``, which cannot overflow) and returns
+    that exact result; ``ops`` and ``dots`` include the failed attempts. An
+    integer cap is static and usable under ``jit``.
 
     Args:
       q: ``(..., d)`` queries.
@@ -448,6 +491,8 @@ def expanding_attention(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, to
       scale: inverse temperature; ``None`` means :math:`1/\sqrt{d}`.
       mask: optional boolean ``(..., n)`` of existing keys (``mask[..., 0]``
         must be ``True``).
+      max_window: ``None`` (dense), an integer ``cap >= 1`` (truncated,
+        clipped to ``n``) or ``"auto"``.
 
     Returns:
       :class:`ExpandingResult`.
@@ -474,52 +519,154 @@ def expanding_attention(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, to
             raise ValueError(f"mask must be boolean (..., n={k.shape[-2]}); got {mask.dtype}{mask.shape}")
         if _concrete(mask) and not bool(np.all(np.asarray(mask)[..., 0])):
             raise ValueError("mask[..., 0] must be True: every query needs its nearest key")
-    return _expanding(q, k, v, jnp.asarray(alpha0, q.dtype), jnp.asarray(beta0, q.dtype), mask,
-                      eps=eps, tol=float(tol), max_steps=max_steps, scale=scale)
+    n = k.shape[-2]
+    max_window = _check_max_window(max_window, n)
+    a0, b0 = jnp.asarray(alpha0, q.dtype), jnp.asarray(beta0, q.dtype)
+    kw = dict(eps=eps, tol=float(tol), max_steps=max_steps, scale=scale)
+    if max_window is None:
+        return _expanding(q, k, v, a0, b0, mask, **kw)
+    if max_window != "auto":
+        return _expanding_trunc(q, k, v, a0, b0, mask, _nothing_spent(q.shape[:-1], q.dtype), cap=max_window,
+                                stop_on_overflow=False, **kw)
+    if not _concrete(q, k, v, a0, b0):
+        raise ValueError('max_window="auto" needs concrete inputs (it chooses the cap on the host); '
+                         "under jit pass an integer cap or None")
+    return _auto_cap(lambda cap, stop, spent: _expanding_trunc(q, k, v, a0, b0, mask, spent, cap=cap,
+                                                               stop_on_overflow=stop, **kw),
+                     _auto_start(alpha0, beta0, eps, n), n, _nothing_spent(q.shape[:-1], q.dtype))
 
 
-@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
-def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_steps, scale):
-    n, d, dv = k.shape[-2], k.shape[-1], v.shape[-1]
-    sims = scale * jnp.einsum("...d,...nd->...n", q, k)  # computed once, reused by every step
+def _nothing_spent(batch, dtype):
+    # (ops, dots) of no failed attempt, with the shapes of later ones (one compilation per cap).
+    return np.zeros(batch, dtype), np.zeros(batch, np.int32)
+
+
+def _auto_cap(run, cap, n, spent):
+    """Double ``cap`` until ``run(cap, stop, spent)`` has no overflow; ops and dots include the failed attempts."""
+    while cap < n:
+        res = run(cap, True, spent)  # stops at the first overflow: the attempt is discarded anyway
+        if not np.any(np.asarray(res.overflow)):
+            return res
+        spent = (res.ops, res.dots)
+        cap = min(2 * cap, n)
+    return run(n, False, spent)
+
+
+def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, stop_on_overflow=False):
+    r"""The mean-field iteration on the cached similarities ``sims (..., m)`` of the first ``m <= n`` keys.
+
+    Windows are :math:`\min(H(q_t), n)`; a window above ``m`` is clipped to
+    ``m`` and flagged in ``overflow`` (impossible when ``m == n``).
+    ``loop="scan"`` runs ``max_steps`` frozen-after-convergence steps
+    (reverse-differentiable); ``"while"`` stops when every query has
+    converged (or, with ``stop_on_overflow``, when any query overflowed).
+    Inside the loop step 3 needs only the posterior mean distance
+    :math:`m_t = \sum_i i\,(p_t)_i = \sum_i i\, e_i / \sum_i e_i` with
+    :math:`e_i = \exp(s_i + i \ln(1 - q_t) - c)` on the window (:math:`\ln q_t`
+    and the shift :math:`c` cancel), so the loop skips the normalised
+    weights; the final posterior is ``core.weights`` of the log-prior-biased
+    similarities.
+    """
+    m, dv = sims.shape[-1], v.shape[-1]
     batch = sims.shape[:-1]
-    dist = jnp.arange(n, dtype=sims.dtype)
+    dist = jnp.arange(m, dtype=sims.dtype)
 
-    def posterior(qt):
+    def window(qt):
         h = jnp.minimum(_window(qt, eps), n)
-        p = _weights_last(sims + _log_prior(qt, n), _window_mask(h, n, mask))
-        return p, h
+        return jnp.minimum(h, m), h > m
+
+    def inside(h):
+        return _window_mask(h, m, mask)
+
+    def mean_distance(qt, h):
+        logit = jnp.where(inside(h), sims + dist * jnp.log1p(-qt)[..., None], -jnp.inf)
+        e = jnp.exp(logit - jax.lax.stop_gradient(jnp.max(logit, axis=-1, keepdims=True)))
+        return jnp.sum(dist * e, axis=-1) / jnp.sum(e, axis=-1)
 
     a = jnp.broadcast_to(alpha0, batch)
     b = jnp.broadcast_to(beta0, batch)
     q0 = a / (a + b)
     zeros_i = jnp.zeros(batch, jnp.int32)
-    init = (a, b, jnp.zeros(batch, bool), zeros_i, zeros_i, zeros_i)
+    false = jnp.zeros(batch, bool)
 
-    def step(carry, _):
-        a, b, done, t, hmax, hsum = carry
+    def step(carry):
+        a, b, done, t, hmax, hsum, over = carry
         qt = a / (a + b)                                    # 1.
-        p, h = posterior(qt)                                # 2.
-        a1, b1 = a + 1.0, b + jnp.sum(dist * p, axis=-1)    # 3.
+        h, o = window(qt)
+        a1, b1 = a + 1.0, b + mean_distance(qt, h)          # 2. and 3.
         conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
         live = ~done
         a = jnp.where(live, a1, a)
         b = jnp.where(live, b1, b)
-        t = t + live
-        hmax = jnp.where(live, jnp.maximum(hmax, h), hmax)
-        hsum = hsum + jnp.where(live, h, 0)
-        done = done | conv
-        return (a, b, done, t, hmax, hsum), a / (a + b)
+        return (a, b, done | conv, t + live, jnp.where(live, jnp.maximum(hmax, h), hmax),
+                hsum + jnp.where(live, h, 0), over | (live & o))
 
-    (a, b, done, t, hmax, hsum), qs = jax.lax.scan(step, init, None, length=max_steps)
+    init = (a, b, false, zeros_i, zeros_i, zeros_i, false)
+    if loop == "scan":
+        def scan_step(carry, _):
+            carry = step(carry)
+            return carry, carry[0] / (carry[0] + carry[1])
+
+        carry, qs = jax.lax.scan(scan_step, init, None, length=max_steps)
+        trace = jnp.concatenate([q0[..., None], jnp.moveaxis(qs, 0, -1)], axis=-1)
+    else:
+        trace0 = jnp.zeros((max_steps + 1,) + batch, sims.dtype).at[0].set(q0)
+
+        def cond(c):
+            j, carry, _ = c
+            go = (j < max_steps) & ~jnp.all(carry[2])
+            return go & ~(stop_on_overflow & jnp.any(carry[6]))
+
+        def body(c):
+            j, carry, tr = c
+            carry = step(carry)
+            return j + 1, carry, tr.at[j + 1].set(carry[0] / (carry[0] + carry[1]))
+
+        j, carry, trace = jax.lax.while_loop(cond, body, (jnp.asarray(0), init, trace0))
+        qh = carry[0] / (carry[0] + carry[1])
+        trace = jnp.where(jnp.arange(max_steps + 1) > j, qh[..., None], jnp.moveaxis(trace, 0, -1))  # held
+    a, b, done, t, hmax, hsum, over = carry
     qT = a / (a + b)
-    p, h = posterior(qT)
+    h, o = window(qT)
+    p = _weights_last(sims + _log_prior(qT, m), inside(h))
+    over = over | o
     hmax = jnp.maximum(hmax, h)
     out = jnp.einsum("...n,...ne->...e", p, v)
-    ops = d * hmax + (hsum + h) + dv * h
-    trace = jnp.concatenate([q0[..., None], jnp.moveaxis(qs, 0, -1)], axis=-1)
-    return ExpandingResult(output=out, window=h, iterations=t, ops=ops.astype(sims.dtype), converged=done,
-                           q=qT, alpha=a, beta=b, weights=p, q_trace=trace, max_window=hmax)
+    d_ops = hsum + h + dv * h
+    return ExpandingResult(output=out, window=h, iterations=t, ops=d_ops.astype(sims.dtype), converged=done,
+                           q=qT, alpha=a, beta=b, weights=p, q_trace=trace, max_window=hmax,
+                           dots=jnp.full(batch, m, jnp.int32), overflow=over)
+
+
+def _add_dot_ops(res, d):
+    return res._replace(ops=res.ops + d * res.dots.astype(res.ops.dtype))
+
+
+@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
+def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_steps, scale):
+    n, d = k.shape[-2], k.shape[-1]
+    sims = scale * jnp.einsum("...d,...nd->...n", q, k)  # computed once, reused by every step
+    res = _meanfield(sims, v, alpha0, beta0, mask, n, eps=eps, tol=tol, max_steps=max_steps, loop="scan")
+    return _add_dot_ops(res, d)
+
+
+@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
+def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overflow, eps, tol, max_steps, scale):
+    n, d = k.shape[-2], k.shape[-1]
+    return _trunc_core(q, k[..., :cap, :], v[..., :cap, :], alpha0, beta0,
+                       None if mask is None else mask[..., :cap], n, d, spent, stop_on_overflow=stop_on_overflow,
+                       eps=eps, tol=tol, max_steps=max_steps, scale=scale)
+
+
+def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflow, eps, tol, max_steps, scale):
+    # kc, vc: the first cap keys/values; spent = (ops, dots) of failed attempts (max_window="auto"), added
+    # here. Nothing of length n is touched: the weights stay (..., cap).
+    cap = kc.shape[-2]
+    sims = scale * jnp.einsum("...d,...nd->...n", q, kc)  # only the first cap dot products
+    res = _meanfield(sims, vc, alpha0, beta0, maskc, n, eps=eps, tol=tol, max_steps=max_steps, loop="while",
+                     stop_on_overflow=stop_on_overflow)
+    res = _add_dot_ops(res, d)
+    return res._replace(ops=res.ops + spent[0], dots=res.dots + spent[1])
 
 
 def self_attention_ops(n: int, d: int, d_v: int) -> int:
@@ -707,15 +854,39 @@ def run_multihop_experiment(model: str, seeds, *, optimizer, n_steps: int = 400,
     Each seed draws its own task (:func:`make_multihop_task`), initial
     parameters and data; every optimizer step sees a fresh batch, so the
     training curve is also a test curve. The loss is the MSE normalised by
-    :func:`multihop_target_variance`.
+    :func:`multihop_target_variance`. Same as
+    ``run_multihop_experiments([model], ...)[model]``.
 
     Args:
       model: one of :data:`TOY_MODELS`.
       seeds: sequence of integer seeds.
       optimizer: optax ``GradientTransformation`` (hashable, static).
     """
-    if model not in TOY_MODELS:
-        raise ValueError(f"model must be one of {TOY_MODELS}; got {model!r}")
+    return run_multihop_experiments((model,), seeds, optimizer=optimizer, n_steps=n_steps, batch=batch,
+                                    n_nodes=n_nodes, d=d, d_k=d_k, rank=rank, strength=strength,
+                                    n_test=n_test)[model]
+
+
+# The single-head models as one family, A(P) = c_0 I + c_1 P + c_2 P^2 (see hop_matrix).
+_HOP_COEFFS = {"one_layer": (0.0, 1.0, 0.0), "multihop_paper": (0.0, 1.0, 1.0),
+               "multihop_code": (1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0)}
+
+
+def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, batch: int = 64,
+                             n_nodes: int = 8, d: int = 8, d_k: int = 8, rank: int = 2,
+                             strength: float = 3.0, n_test: int = 2048) -> dict:
+    r""":func:`run_multihop_experiment` for several models at once; returns ``{model: ToyRun}``.
+
+    The single-head models share their parameter shapes and differ only in
+    the mixing matrix :math:`A(P) = c_0 I + c_1 P + c_2 P^2` (one layer
+    :math:`(0, 1, 0)`, paper :math:`(0, 1, 1)`, code :math:`(1/3, 1/3, 1/3)`),
+    so they are trained in one compiled program vmapped over the
+    coefficients (the same seeds, hence the same tasks and data, for every
+    model); ``"two_layer"`` is a second program.
+    """
+    models = tuple(models)
+    if not models or any(m not in TOY_MODELS for m in models):
+        raise ValueError(f"models must be a non-empty sequence of {TOY_MODELS}; got {models!r}")
     _check_optimizer(optimizer)
     seeds = np.asarray(seeds)
     if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
@@ -726,26 +897,53 @@ def run_multihop_experiment(model: str, seeds, *, optimizer, n_steps: int = 400,
     if 2 * rank > d:
         raise ValueError(f"rank must satisfy 2 * rank <= d; got rank={rank}, d={d}")
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    return _run_mh(keys, model, optimizer, n_steps, batch, n_nodes, d, d_k, rank, float(strength), n_test)
+    args = (optimizer, n_steps, batch, n_nodes, d, d_k, rank, float(strength), n_test)
+    out = {}
+    single = tuple(m for m in dict.fromkeys(models) if m != "two_layer")
+    if single:
+        coeffs = jnp.asarray([_HOP_COEFFS[m] for m in single], dtype=jnp.result_type(float))
+        run = _run_mh(keys, coeffs, "single", *args)
+        for i, m in enumerate(single):
+            out[m] = jax.tree_util.tree_map(lambda a, i=i: a[i], run)
+    if "two_layer" in models:
+        out["two_layer"] = jax.tree_util.tree_map(lambda a: a[0], _run_mh(keys, jnp.zeros((1, 3)), "two_layer",
+                                                                          *args))
+    return {m: out[m] for m in models}
 
 
-@partial(jax.jit, static_argnums=tuple(range(1, 11)))
-def _run_mh(keys, model, optimizer, n_steps, batch, n_nodes, d, d_k, rank, strength, n_test):
-    def one(key):
+def _predict_mh_coeffs(c, params, x, query):
+    # c_0 I + c_1 P + c_2 P^2 applied to the values, read out at `query` (the single-head models).
+    rows = jnp.arange(x.shape[0])
+    p = _weights(params, x)
+    val = x @ params.wv.T
+    pv = p @ val
+    out = c[0] * val + c[1] * pv + c[2] * (p @ pv)
+    return out[rows, query, 0]
+
+
+@partial(jax.jit, static_argnums=tuple(range(2, 12)))
+def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank, strength, n_test):
+    def one(c, key):
         kt, ki, kd, ke = jax.random.split(key, 4)
         task = _make_multihop_task(kt, d, rank, strength)
         var = multihop_target_variance(task)
 
+        def predict(p, x, query):
+            if kind == "two_layer":
+                return _predict_mh("two_layer", p, x, query)
+            return _predict_mh_coeffs(c, p, x, query)
+
         def loss(p, k):
             x, y, pos = _sample_multihop(task, k, n_nodes, batch)
-            return jnp.mean((_predict_mh(model, p, x, pos[:, 2]) - y) ** 2) / var
+            return jnp.mean((predict(p, x, pos[:, 2]) - y) ** 2) / var
 
-        params, curve = _train(loss, _init_toy(model, ki, d, d_k), kd, optimizer, n_steps)
+        params, curve = _train(loss, _init_toy("two_layer" if kind == "two_layer" else "one_layer", ki, d, d_k),
+                               kd, optimizer, n_steps)
         x, y, pos = _sample_multihop(task, ke, n_nodes, n_test)
-        final = jnp.mean((_predict_mh(model, params, x, pos[:, 2]) - y) ** 2) / var
+        final = jnp.mean((predict(params, x, pos[:, 2]) - y) ** 2) / var
         return params, curve, final
 
-    params, curve, final = jax.vmap(one)(keys)
+    params, curve, final = jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))(coeffs, keys)
     return ToyRun(params=params, curve=curve, final=final)
 
 
@@ -817,12 +1015,16 @@ def _distance_order(x):
 
 
 def predict_expanding_task(model: str, params: MultiHopParams, x, *, alpha0=1.0, beta0=1.0, eps=1e-2,
-                           tol=1e-3, max_steps=100):
+                           tol=1e-3, max_steps=100, max_window=None):
     r"""Prediction of ``"self"`` or ``"expanding"`` attention read out at the last token.
 
     Both use the same :class:`MultiHopParams` (``wv: (1, d)``); the query
     :math:`x_{N}` attends to the ``N - 1`` earlier tokens, with a uniform
     prior (``"self"``) or the geometric prior of :func:`expanding_attention`.
+    ``max_window`` is that of :func:`expanding_attention`: with an integer
+    or ``"auto"`` cap only the ``cap`` tokens nearest the query are projected
+    to keys and values and scored (exact whenever no window exceeds the cap,
+    which ``"auto"`` guarantees and ``result.overflow`` reports).
 
     Returns:
       ``(y_hat (B,), result)`` where ``result`` is the
@@ -831,16 +1033,59 @@ def predict_expanding_task(model: str, params: MultiHopParams, x, *, alpha0=1.0,
     if model not in ("self", "expanding"):
         raise ValueError(f"model must be 'self' or 'expanding'; got {model!r}")
     x = _float("x", x, min_ndim=3)
-    return _predict_ex(model, params, x, alpha0, beta0, _check_eps(eps), float(tol),
-                       _check_int("max_steps", max_steps, 0))
+    if x.shape[-2] < 2:
+        raise ValueError(f"x must hold at least 2 tokens (keys and the query); got shape {x.shape}")
+    eps, tol, max_steps = _check_eps(eps), float(tol), _check_int("max_steps", max_steps, 0)
+    _check_positive("alpha0", alpha0)
+    _check_positive("beta0", beta0)
+    if model == "self":
+        return _predict_self(params, x), None
+    n_keys = x.shape[-2] - 1
+    mw = _check_max_window(max_window, n_keys)
+    a0, b0 = jnp.asarray(alpha0, x.dtype), jnp.asarray(beta0, x.dtype)
+    kw = dict(eps=eps, tol=tol, max_steps=max_steps)
+    if mw is None:
+        res = _predict_ex_dense(params, x, a0, b0, **kw)
+    elif mw != "auto":
+        res = _predict_ex_trunc(params, x, a0, b0, _nothing_spent(x.shape[:1], x.dtype), cap=mw,
+                                stop_on_overflow=False, **kw)
+    elif not _concrete(x, a0, b0, *params):
+        raise ValueError('max_window="auto" needs concrete inputs (it chooses the cap on the host); '
+                         "under jit pass an integer cap or None")
+    else:
+        res = _auto_cap(lambda cap, stop, spent: _predict_ex_trunc(params, x, a0, b0, spent, cap=cap,
+                                                                   stop_on_overflow=stop, **kw),
+                        _auto_start(alpha0, beta0, eps, n_keys), n_keys, _nothing_spent(x.shape[:1], x.dtype))
+    return res.output[:, 0], res
+
+
+@jax.jit
+def _predict_self(params, x):
+    return _predict_ex("self", params, x, None, None, None, None, None)[0]
+
+
+@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
+def _predict_ex_dense(params, x, alpha0, beta0, *, eps, tol, max_steps):
+    return _predict_ex("expanding", params, x, alpha0, beta0, eps, tol, max_steps)[1]
+
+
+@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
+def _predict_ex_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, eps, tol, max_steps):
+    n_keys = x.shape[-2] - 1
+    ctx = x[:, n_keys - cap:n_keys][:, ::-1]  # the cap tokens nearest the query, in distance order
+    q = x[:, -1] @ params.wq.T
+    k, v = ctx @ params.wk.T, ctx @ params.wv.T  # only cap keys and values are projected
+    return _trunc_core(q, k, v, alpha0, beta0, None, n_keys, q.shape[-1], spent, stop_on_overflow=stop_on_overflow,
+                       eps=eps, tol=tol, max_steps=max_steps, scale=1.0 / math.sqrt(q.shape[-1]))
 
 
 def _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_steps):
     q = x[:, -1] @ params.wq.T
+    if model == "self":  # a uniform prior is order-free: no need to reverse the context
+        ctx = x[:, :-1]
+        return A.attend(q[:, None, :], ctx @ params.wk.T, ctx @ params.wv.T)[:, 0, 0], None
     ctx = _distance_order(x)
     k, v = ctx @ params.wk.T, ctx @ params.wv.T
-    if model == "self":
-        return A.attend(q[:, None, :], k, v)[:, 0, 0], None
     res = _expanding(q, k, v, jnp.asarray(alpha0, x.dtype), jnp.asarray(beta0, x.dtype), None,
                      eps=eps, tol=tol, max_steps=max_steps, scale=1.0 / math.sqrt(q.shape[-1]))
     return res.output[:, 0], res
@@ -859,8 +1104,10 @@ def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int =
       ``(run, stats)``: a :class:`ToyRun` whose arrays have leading axes
       ``(len(ps), len(seeds))``, and for ``"expanding"`` a dict of
       ``(len(ps), len(seeds))`` test-batch means: ``window`` (:math:`H_T`),
-      ``iterations``, ``ops``, ``converged`` (fraction), ``q`` (``None`` for
-      ``"self"``).
+      ``max_window`` (:math:`H_{\max}`), ``iterations``, ``ops`` (of the
+      dense path used in training: all ``n - 1`` dot products), ``reweight``
+      (:math:`\sum_{t<T} H_t + H_T`), ``converged`` (fraction), ``q``,
+      ``true_mean_distance`` (``None`` for ``"self"``).
     """
     if model not in ("self", "expanding"):
         raise ValueError(f"model must be 'self' or 'expanding'; got {model!r}")
@@ -911,7 +1158,7 @@ def _run_ex(keys, ps, model, optimizer, n_steps, batch, n, d, d_k, rank, strengt
             h = res.window.astype(x.dtype)
             stats = dict(window=jnp.mean(h), max_window=jnp.mean(hmax),
                          iterations=jnp.mean(res.iterations.astype(x.dtype)), ops=jnp.mean(res.ops),
-                         reweight=jnp.mean(res.ops - d_k * hmax - h),
+                         reweight=jnp.mean(res.ops - d_k * res.dots.astype(x.dtype) - h),
                          converged=jnp.mean(res.converged.astype(x.dtype)), q=jnp.mean(res.q),
                          true_mean_distance=jnp.mean(dist.astype(x.dtype)))
         return params, curve, final, stats

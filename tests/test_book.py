@@ -72,6 +72,23 @@ def test_widgets_have_static_figures(path):
             )
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_figures_share_the_plotting_style(path):
+    """One style for every figure: plotting.use() once, no tight_layout (constrained layout is on),
+    and every cell that draws axes labels them."""
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"]
+    sources = ["".join(c["source"]) for c in cells]
+    assert any("plotting.use()" in s for s in sources), "call lse_energy.plotting.use() once"
+    for i, src in enumerate(sources):
+        assert "tight_layout" not in src, f"code cell {i}: tight_layout conflicts with plotting.use()"
+        if _has_figure(cells[i]) and ("plt.subplots" in src or "add_subplot" in src or "plt.figure" in src):
+            # A static check: plotting.label(...), or a title plus axis labels (image grids and
+            # diagrams drawn on hidden axes: a title).
+            titled = "plotting.label(" in src or "title" in src
+            labelled = any(t in src for t in ("plotting.label(", "xlabel", "ylabel", "imshow", 'axis("off")'))
+            assert titled and labelled, f"code cell {i} draws a figure without axis labels and titles"
+
+
 def test_equation_index_names_real_functions():
     import importlib
     import re

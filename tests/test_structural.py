@@ -244,8 +244,9 @@ def _reference_meanfield(qv, k, v, alpha, beta, eps, tol, max_steps):
     qT = alpha / (alpha + beta)
     h = min(max(math.ceil(math.log(eps) / math.log(1 - qT)), 1), n)
     p = _softmax_rows(s[:h] + np.log(qT) + np.arange(h) * np.log(1 - qT))
-    ops = d * max(hs + [h]) + sum(hs) + h + v.shape[1] * h
-    return dict(output=p @ v[:h], window=h, iterations=len(hs), ops=ops, q=qT, converged=converged, qs=qs)
+    ops = d * n + sum(hs) + h + v.shape[1] * h  # the dense path computes all n dot products
+    return dict(output=p @ v[:h], window=h, iterations=len(hs), ops=ops, q=qT, converged=converged, qs=qs,
+                max_window=max(hs + [h]))
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -259,6 +260,7 @@ def test_expanding_matches_reference_loop(seed, hyper):
         assert int(res.iterations[b]) == ref["iterations"]
         assert bool(res.converged[b]) == ref["converged"]
         np.testing.assert_allclose(res.ops[b], ref["ops"], rtol=1e-15)
+        assert int(res.max_window[b]) == ref["max_window"] and int(res.dots[b]) == 40
         np.testing.assert_allclose(res.q[b], ref["q"], rtol=1e-12)
         np.testing.assert_allclose(res.output[b], ref["output"], rtol=1e-11, atol=1e-13)
         t = ref["iterations"]
@@ -299,6 +301,99 @@ def test_expanding_caches_dot_products():
     res2 = S.expanding_attention(q, k2, v, alpha0=20.0, beta0=1.0)
     np.testing.assert_array_equal(res.output, res2.output)
     np.testing.assert_array_equal(res.ops, res2.ops)
+
+
+_FIELDS_EQUAL = ("window", "iterations", "converged", "max_window", "overflow")
+_FIELDS_CLOSE = ("output", "q", "alpha", "beta", "q_trace")
+
+
+def _assert_same_as_dense(res, dense, d, rows=slice(None)):
+    for f in _FIELDS_EQUAL:
+        np.testing.assert_array_equal(np.asarray(getattr(res, f))[rows], np.asarray(getattr(dense, f))[rows], f)
+    for f in _FIELDS_CLOSE:
+        np.testing.assert_allclose(np.asarray(getattr(res, f))[rows], np.asarray(getattr(dense, f))[rows],
+                                   rtol=1e-12, atol=1e-14, err_msg=f)
+    m = res.weights.shape[-1]
+    np.testing.assert_allclose(res.weights[rows], dense.weights[rows, ..., :m], rtol=1e-12, atol=1e-14)
+    assert float(jnp.max(jnp.abs(dense.weights[rows, ..., m:]), initial=0.0)) == 0.0
+    # ops differ only by the dot products: cap on the truncated path, n on the dense one.
+    np.testing.assert_allclose(res.ops[rows] - d * res.dots[rows], dense.ops[rows] - d * dense.dots[rows],
+                               rtol=1e-15)
+
+
+def test_truncated_path_equals_dense_path():
+    # Exactness: no window exceeds the cap, so the truncated iteration sees the same numbers.
+    # Three seeds of random inputs stacked on a batch axis (one compilation per cap).
+    ins = [_expanding_inputs(seed, batch=(3,), n=300) for seed in SEEDS]
+    q, k, v = (jnp.stack([x[i] for x in ins]) for i in range(3))
+    ks = jax.random.split(jax.random.key(10), 2)
+    alpha0, beta0 = jnp.exp(_normal(ks[0], (3, 3))), jnp.exp(_normal(ks[1], (3, 3)))
+    mask = jnp.arange(300) < jnp.array([[300], [40], [7]])[None, :, :]
+    kw = dict(alpha0=alpha0, beta0=beta0, mask=mask, tol=1e-4, max_steps=150)
+    dense = S.expanding_attention(q, k, v, **kw)
+    hmax = int(jnp.max(dense.max_window))
+    assert hmax < 300 and not bool(jnp.any(dense.overflow)) and np.all(np.asarray(dense.dots) == 300)
+    res = S.expanding_attention(q, k, v, max_window=hmax, **kw)  # the boundary case: a window equal to the cap
+    assert res.weights.shape == (3, 3, hmax) and np.all(np.asarray(res.dots) == hmax)
+    _assert_same_as_dense(res, dense, 4)
+    auto = S.expanding_attention(q, k, v, max_window="auto", **kw)
+    _assert_same_as_dense(auto, dense, 4)
+    # Caps tried: the smallest power of two >= max(32, 2 H(q_0)), doubled until it covers max_window.
+    h0 = int(jnp.max(S.geometric_window(alpha0 / (alpha0 + beta0), 1e-2)))
+    tried = [2 ** math.ceil(math.log2(max(32, 2 * h0)))]
+    while tried[-1] < hmax:
+        tried.append(2 * tried[-1])
+    assert auto.weights.shape[-1] == min(tried[-1], 300)
+    # ops and dots count every attempt.
+    assert np.all(np.asarray(auto.dots) == sum(min(c, 300) for c in tried))
+
+
+def test_truncated_path_overflow_fallback():
+    q, k, v = _expanding_inputs(4, batch=(16,), n=200)
+    alpha0 = jnp.linspace(0.3, 30.0, 16)  # small alpha0: long windows; large: short ones
+    dense = S.expanding_attention(q, k, v, alpha0=alpha0, beta0=1.0)
+    hm = np.asarray(dense.max_window)
+    cap = int(np.median(hm))
+    res = S.expanding_attention(q, k, v, alpha0=alpha0, beta0=1.0, max_window=cap)
+    over = np.asarray(res.overflow)
+    # The overflow flag is exact: set iff the dense path needed a larger window than the cap ...
+    np.testing.assert_array_equal(over, hm > cap)
+    assert 0 < over.sum() < 16
+    # ... and every query without overflow gets the dense result, in the same batch.
+    _assert_same_as_dense(res, dense, 4, rows=~over)
+    assert np.all(np.asarray(res.window)[over] <= cap)
+    # "auto" doubles until nothing overflows; the dense path never overflows.
+    auto = S.expanding_attention(q, k, v, alpha0=alpha0, beta0=1.0, max_window="auto")
+    assert not bool(jnp.any(auto.overflow)) and auto.weights.shape[-1] >= hm.max()
+    _assert_same_as_dense(auto, dense, 4)
+    # An integer cap is static and works under jit.
+    jitted = jax.jit(lambda qq: S.expanding_attention(qq, k, v, alpha0=alpha0, beta0=1.0, max_window=cap))(q)
+    np.testing.assert_array_equal(jitted.overflow, over)
+    with pytest.raises(ValueError, match="auto"):
+        jax.jit(lambda qq: S.expanding_attention(qq, k, v, max_window="auto").output)(q)
+    with pytest.raises(ValueError, match="max_window"):
+        S.expanding_attention(q, k, v, max_window=0)
+
+
+def test_truncated_prediction_projects_only_the_cap_and_matches_dense():
+    task = S.make_expanding_task(6, 2, key=jax.random.key(0))
+    params = S.init_toy("one_layer", 6, 4, key=jax.random.key(1))
+    x, _, _ = S.sample_expanding(task, 500, 8, 0.2, key=jax.random.key(2))
+    yd, dense = S.predict_expanding_task("expanding", params, x)
+    ya, auto = S.predict_expanding_task("expanding", params, x, max_window="auto")
+    cap = auto.weights.shape[-1]
+    assert cap < 499 and not bool(jnp.any(auto.overflow))
+    np.testing.assert_allclose(ya, yd, rtol=1e-12, atol=1e-14)
+    _assert_same_as_dense(auto, dense, 4)
+    # Tokens beyond the cap are never read: changing them changes nothing (bit for bit).
+    x2 = x.at[:, : 499 - cap].set(1e3)
+    np.testing.assert_array_equal(S.predict_expanding_task("expanding", params, x2, max_window=cap)[0],
+                                  S.predict_expanding_task("expanding", params, x, max_window=cap)[0])
+    # The self model reads every token.
+    ys = S.predict_expanding_task("self", params, x)[0]
+    assert float(jnp.max(jnp.abs(S.predict_expanding_task("self", params, x2)[0] - ys))) > 0
+    with pytest.raises(ValueError, match="auto"):
+        jax.jit(lambda xx: S.predict_expanding_task("expanding", params, xx, max_window="auto")[0])(x)
 
 
 def test_expanding_mask_and_self_ops():
@@ -388,25 +483,39 @@ def test_toy_predictions_match_module_functions():
                                rtol=1e-12)
 
 
+def test_single_head_family_matches_named_models():
+    # run_multihop_experiments trains the single-head models as c0 I + c1 P + c2 P^2.
+    key = jax.random.key(3)
+    task = S.make_multihop_task(6, 2, key=key)
+    x, _, pos = S.sample_multihop(task, 5, 4, key=key)
+    params = S.init_toy("one_layer", 6, 4, key=key)
+    for m, c in S._HOP_COEFFS.items():
+        np.testing.assert_allclose(S._predict_mh_coeffs(jnp.asarray(c), params, x, pos[:, 2]),
+                                   S.predict_multihop_task(m, params, x, pos[:, 2]), rtol=1e-12, atol=1e-14)
+
+
 def test_same_key_same_result_and_validation():
     import optax
 
     opt = optax.adam(1e-2)
-    a = S.run_multihop_experiment("multihop_paper", [0, 1], optimizer=opt, n_steps=3, batch=4, n_test=8)
-    b = S.run_multihop_experiment("multihop_paper", [0, 1], optimizer=opt, n_steps=3, batch=4, n_test=8)
+    # Tiny sizes: the cost of this test is compilation (one program per runner).
+    small = dict(optimizer=opt, n_steps=3, batch=4, n_nodes=3, d=2, d_k=1, rank=1, n_test=8)
+    a = S.run_multihop_experiment("multihop_paper", [0, 1], **small)
+    b = S.run_multihop_experiment("multihop_paper", [0, 1], **small)
     np.testing.assert_array_equal(a.curve, b.curve)
     assert a.curve.shape == (2, 3)
-    c = S.run_multihop_experiment("multihop_paper", [2, 1], optimizer=opt, n_steps=3, batch=4, n_test=8)
+    c = S.run_multihop_experiment("multihop_paper", [2, 1], **small)
     np.testing.assert_array_equal(c.curve[1], a.curve[1])
     assert not np.array_equal(c.curve[0], a.curve[0])
-    r1, s1 = S.run_expanding_experiment("expanding", [0], [0.5], optimizer=opt, n_steps=2, batch=4, n=8, d=4,
-                                        d_k=2, n_test=8)
-    r2, s2 = S.run_expanding_experiment("expanding", [0], [0.5], optimizer=opt, n_steps=2, batch=4, n=8, d=4,
-                                        d_k=2, n_test=8)
+    small_ex = dict(optimizer=opt, n_steps=2, batch=4, n=4, d=2, d_k=1, rank=1, n_test=4, max_steps=2)
+    r1, s1 = S.run_expanding_experiment("expanding", [0], [0.5], **small_ex)
+    r2, s2 = S.run_expanding_experiment("expanding", [0], [0.5], **small_ex)
     np.testing.assert_array_equal(r1.curve, r2.curve)
     np.testing.assert_array_equal(s1["ops"], s2["ops"])
     with pytest.raises(ValueError, match="model"):
         S.run_multihop_experiment("three_layer", [0], optimizer=opt)
+    with pytest.raises(ValueError, match="models"):
+        S.run_multihop_experiments((), [0], optimizer=opt)
     with pytest.raises(ValueError, match="optimizer"):
         S.run_multihop_experiment("one_layer", [0], optimizer=None)
     with pytest.raises(ValueError, match="rank"):

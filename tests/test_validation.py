@@ -17,8 +17,13 @@ or property.
   registry covers every model module and every kind of bad input the issue
   lists where it applies.
 
-Cases marked ``xfail(strict=True)`` are real gaps in modules this test may not
-change; each reason states the missing check.
+* :func:`test_every_continuous_input_has_an_integer_dtype_case` checks that
+  every public function of the modules under the integer-dtype policy either
+  has an integer-dtype case or is listed as taking no continuous array.
+
+A case with ``gap=...`` is a strict xfail: a real gap in a module this test
+may not change, the reason stating the missing check. There are none at
+present; a fixed gap left marked turns into an XPASS failure.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ import numpy as np
 import optax
 import pytest
 
-from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
+from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention
 from lse_energy import predictive_coding as pc
 
 KINDS = (
@@ -375,27 +380,20 @@ CASES: list[Case] = [
     C(attention.cross_energy, "mask", cross_args, lambda a: dict(mask=np.ones((2, 4), np.int64)), r"mask must be boolean", "int_mask"),
     C(attention.cross_energy, "shape", cross_args, lambda a: dict(mask=jnp.ones((3, 4), bool)),
       r"mask of shape \(3, 4\) does not broadcast", "mask_shape"),
-    C(attention.cross_energy, "K", cross_args, lambda a: dict(k=jnp.zeros((0, 3)), mask=None), r"\bk\b", "no_keys",
-      gap="attention._check_qk: an empty key set (k with 0 rows) is reported by core as 'sim must have at least "
-          "one parent', naming an internal array; it must raise 'k must have at least one row (N_K >= 1)'"),
+    C(attention.cross_energy, "K", cross_args, lambda a: dict(k=jnp.zeros((0, 3)), mask=None),
+      r"k must have at least one row \(N_K >= 1", "no_keys"),
     C(attention.init_multihead, "K", lambda: dict(d_model=4, n_heads=2, key=KEY), lambda a: dict(n_heads=0),
       r"n_heads must be >= 1", "zero_heads"),
     C(attention.cccp_step, "shape", structural_args, lambda a: dict(w=a["w"].T), r"w must have shape \(d_mu, d_x\)", "w_shape"),
     C(attention.cccp, "positive", lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
       lambda a: dict(n_steps=-1), r"n_steps must be >= 0", "negative_steps"),
     C(attention.cccp, "dtype", lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
-      lambda a: dict(n_steps=1.5), r"n_steps", "float_steps",
-      gap="attention.cccp: n_steps=1.5 is silently truncated to 1 by int(); it must raise "
-          "'n_steps must be a non-negative integer'"),
+      lambda a: dict(n_steps=1.5), r"n_steps must be a non-negative integer", "float_steps"),
     C(attention.collapsed_free_energy, "type", structural_args, lambda a: dict(prior="rows"), r"prior must be one of", "prior"),
     C(attention.multihead_attention, "finite", mha_args,
-      lambda a: dict(params=a["params"]._replace(wq=_nan_at(a["params"].wq))), r"params\.wq must be finite", "nan_wq",
-      gap="attention.multihead_attention: params are not validated; NaN in params.wq is reported as "
-          "'q must be finite' (an internal projection), and integer params are silently promoted"),
+      lambda a: dict(params=a["params"]._replace(wq=_nan_at(a["params"].wq))), r"params\.wq must be finite", "nan_wq"),
     C(attention.prior_energy, "shape", lambda: dict(sim=_normal((2, 3)), prior=jnp.full((2, 3), 1 / 3)),
-      lambda a: dict(prior=jnp.full((2, 2), 0.5)), r"prior", "prior_shape",
-      gap="attention.prior_energy: a prior whose shape differs from sim raises a TypeError from jnp; it must raise "
-          "'prior must have the shape of sim (..., C, P)'"),
+      lambda a: dict(prior=jnp.full((2, 2), 0.5)), r"prior must have the shape of sim \(\.\.\., C, P\)", "prior_shape"),
     # --- slot attention -----------------------------------------------------
     C(slot_attention.energy, "shape", slot_args, lambda a: dict(x=_normal((5, 3))),
       r"x must have shape \(N, 4\) to match params.w_k", "x_width"),
@@ -461,7 +459,7 @@ CASES: list[Case] = [
     C(diffusion.make_schedule, "dtype", lambda: dict(betas=jnp.array([0.1, 0.2])), lambda a: dict(betas=np.array([0, 0])),
       r"betas must have a floating dtype", "int_betas"),
     C(diffusion.kl_weight, "positive", lambda: dict(schedule=diffusion.linear_schedule(20), t=3, sigma2=0.01),
-      lambda a: dict(sigma2=0.0), r"sigma2 must be > 0", "zero_sigma2"),
+      lambda a: dict(sigma2=0.0), r"sigma2 must be finite and > 0", "zero_sigma2"),
     C(diffusion.time_embedding, "K", lambda: dict(t=jnp.array([1, 5]), num_steps=10, num_freqs=2), lambda a: dict(num_freqs=0),
       r"num_freqs must be an integer >= 1", "zero_freqs"),
     C(diffusion.time_embedding, "dtype", lambda: dict(t=jnp.array([1, 5]), num_steps=10, num_freqs=2),
@@ -495,14 +493,467 @@ CASES: list[Case] = [
     C(pc.pcn_energy, "positive", pc_net, lambda a: dict(precisions=jnp.array([0.0, 1.0, 0.0])), r"precisions must be finite", "zero_prec"),
     C(pc.pcn_init, "K", lambda: dict(sizes=(3, 2), key=KEY), lambda a: dict(sizes=(3,)), r"sizes must be a sequence of L >= 2", "one_layer"),
     C(pc.mlp, "shape", lambda: dict(params=pc_mixture()["params"], mu=_normal((2, 2))), lambda a: dict(mu=_normal((2, 3))),
-      r"mu must have .*2", "mu_width",
-      gap="predictive_coding.mlp: mu is not validated; a width mismatch raises a TypeError from dot_general "
-          "instead of 'mu must have shape (..., m) with m = params.W1.shape[1]'"),
+      r"mu must have shape \(\.\.\., m\) with m = params.W1.shape\[1\] = 2", "mu_width"),
     C(pc.mlp, "finite", lambda: dict(params=pc_mixture()["params"], mu=_normal((2, 2))), lambda a: dict(mu=_nan_at(a["mu"])),
-      r"mu must be finite", "nan_mu",
-      gap="predictive_coding.mlp: NaN in mu propagates silently; it must raise 'mu must be finite'"),
+      r"mu must be finite", "nan_mu"),
 ]
 
+
+# ---------------------------------------------------------------------------
+# More factories (attention, predictive coding, rbm, slds, slot attention,
+# diffusion, sharding) for the audit cases and the integer-dtype sweep below
+# ---------------------------------------------------------------------------
+
+
+def tokens_args():
+    params = attention.AttentionParams(wq=_normal((2, 3)), wk=_normal((2, 4), 1))
+    return dict(params=params, xq=_normal((2, 3), 2), xk=_normal((5, 4), 3), beta=0.9)
+
+
+def prior_args():
+    return dict(sim=_normal((2, 3)), prior=jnp.full((2, 3), 1 / 3))
+
+
+def cccp_args():
+    return dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2), n_steps=2)
+
+
+def pc_mlp():
+    return dict(params=pc.init_mlp(2, 5, 3, key=KEY), mu=_normal((2, 2)))
+
+
+def pc_lipschitz():
+    a = pc_mixture()
+    return dict(params=a["params"], x=a["x"])
+
+
+def pc_fit():
+    a = pc_mixture()
+    return dict(params=a["params"], x=a["x"], mu0=a["mu"], optimizer=optax.sgd(1e-2),
+                num_rounds=1, infer_steps=1, learn_steps=1)
+
+
+def pc_sample():
+    return dict(teacher=pc.init_mlp(2, 5, 3, key=KEY), num_clusters=2, points_per_cluster=3, key=KEY,
+                latent_centres=_normal((2, 2)))
+
+
+def pcn_forward_args():
+    return dict(params=pc_net()["params"], x=_normal((2, 3)))
+
+
+def pcn_infer_args():
+    a = pc_net()
+    return dict(params=a["params"], xs0=a["xs"], precisions=a["precisions"], clamp=(True, False, False), num_steps=2)
+
+
+def pcn_train_args():
+    return dict(params=pc_net()["params"], x=_normal((4, 3)), y=_normal((4, 2), 1), key=KEY,
+                optimizer=optax.sgd(1e-2), num_epochs=1, batch_size=2, infer_steps=2)
+
+
+def pcn_classify_args():
+    return dict(params=pc_net()["params"], x=_normal((2, 3)), num_steps=2)
+
+
+def pcn_generate_args():
+    return dict(params=pc_net()["params"], y=_normal((2, 2)), num_steps=2)
+
+
+def anpc_args():
+    A = np.zeros((3, 3), bool)
+    A[1, 0] = A[2, 0] = A[2, 1] = True
+    params = pc.ANPCParams(weights=_normal((3, 3)), biases=0.1 * _normal((3, 3), 1), adjacency=jnp.asarray(A))
+    return dict(params=params, x=_normal((2, 3), 2), precisions=jnp.array([1.0, 0.5, 2.0]))
+
+
+def anpc_lipschitz_args():
+    a = anpc_args()
+    return dict(params=a["params"], precisions=a["precisions"], clamp=jnp.array([True, False, False]), radius=3.0)
+
+
+def anpc_infer_args():
+    a = anpc_args()
+    return dict(params=a["params"], x0=a["x"], precisions=a["precisions"], clamp=jnp.array([True, False, False]),
+                num_steps=2, step_size=0.05)
+
+
+def rbm_params_only():
+    return dict(params=rbm_args()["params"])
+
+
+def rbm_hidden():
+    return dict(params=rbm_args()["params"], h=rbm_joint()["h"])
+
+
+def rbm_keyed():
+    return dict(rbm_args(), key=KEY)
+
+
+def rbm_keyed_hidden():
+    return dict(rbm_hidden(), key=KEY)
+
+
+def rbm_gibbs():
+    return dict(params=rbm_args()["params"], v0=rbm_args()["v"], n_steps=2, key=KEY)
+
+
+def rbm_fit():
+    return dict(params=rbm_args()["params"], data=rbm_args()["v"], key=KEY, n_epochs=1, batch_size=2)
+
+
+def slds_params_only():
+    return dict(params=slds_energy()["params"])
+
+
+def slds_m_step():
+    return dict(x=_normal((8, 2), 3), resp=jnp.tile(jnp.array([[0.3, 0.7]]), (7, 1)))
+
+
+def slds_impute():
+    return dict(slds_energy(), missing=[3, 4], n_steps=2)
+
+
+def slot_e_step():
+    return dict(slot_args(), n_steps=2)
+
+
+def slot_fit():
+    a = slot_args()
+    w_q = jnp.linalg.qr(a["params"].w_q)[0]  # orthonormal columns, as procrustes needs
+    return dict(params=a["params"]._replace(w_q=w_q), x=a["x"], mu=a["mu"], n_iter=1)
+
+
+def slot_procrustes():
+    a = slot_fit()
+    return dict(params=a["params"], x=a["x"], mu=a["mu"], a=jnp.full((5, 3), 1.0 / 3.0))
+
+
+def diffusion_x0():
+    return dict(schedule=diffusion.linear_schedule(20), x0=_normal((3, 2)), t=4)
+
+
+def diffusion_posterior():
+    return dict(diffusion_x0(), xt=_normal((3, 2), 1))
+
+
+def diffusion_reverse():
+    return dict(schedule=diffusion.linear_schedule(20), xt=_normal((3, 2)), t=4, eps=_normal((3, 2), 1))
+
+
+def diffusion_sample():
+    return dict(eps_fn=diffusion.ideal_epsilon, params=_normal((5, 2)), schedule=diffusion.linear_schedule(20),
+                num_samples=2, dim=2, key=KEY)
+
+
+def diffusion_fit():
+    a = diffusion_mlp()
+    return dict(params=a["params"], data=_normal((5, 2)), schedule=a["schedule"], optimizer=optax.sgd(1e-3),
+                key=KEY, steps=1, batch_size=2)
+
+
+def sharding_em():
+    return dict(params=gmm_energy()["params"], x=_normal((10, 2)), mesh=sharding.data_mesh(1))
+
+
+def sharding_fit():
+    return dict(x=_normal((30, 2)), n_components=2, mesh=sharding.data_mesh(1), key=KEY, max_iter=3)
+
+
+def sharding_retrieve():
+    return dict(hopfield_args(), mesh=sharding.data_mesh(1), steps=2)
+
+
+def _replace_params(field, make_bad):
+    return lambda a: dict(params=a["params"]._replace(**{field: make_bad(getattr(a["params"], field))}))
+
+
+# Audit cases: checks added for issue 8 in attention, predictive coding, rbm,
+# slds, diffusion and sharding.
+CASES += [
+    # attention
+    C(attention.multihead_attention, "K", mha_args,
+      lambda a: dict(params=attention.MultiHeadParams(*(p[:0] for p in a["params"]))), r"at least one head \(H >= 1\)",
+      "no_heads"),
+    C(attention.multihead_attention, "mask", lambda: dict(mha_args(), mask=jnp.ones((3, 3), bool)),
+      lambda a: dict(mask=a["mask"].at[2].set(False)), r"mask: child .*no allowed parent", "empty_row"),
+    C(attention.multihead_attention, "shape", mha_args, lambda a: dict(xkv=_normal((5, 3))),
+      r"xq and xkv must have width d_model=4", "xkv_width"),
+    C(attention.multihead_attention, "dtype", mha_args, _replace_params("wv", _ints), r"params\.wv must have a floating dtype",
+      "int_wv"),
+    C(attention.prior_energy, "K", prior_args, lambda a: dict(sim=jnp.zeros((2, 0)), prior=jnp.zeros((2, 0))),
+      r"sim must have at least one parent \(P >= 1\)", "no_parents"),
+    C(attention.prior_energy, "mask", prior_args, lambda a: dict(prior=a["prior"].at[1].set(0.0)),
+      r"prior must be non-negative with rows summing to one", "empty_row"),
+    C(attention.prior_energy, "finite", prior_args, lambda a: dict(sim=_nan_at(a["sim"], 4)), r"sim must be finite", "nan_sim"),
+    C(attention.cccp, "K", cccp_args, lambda a: dict(mu0=jnp.zeros((0, 3))), r"mu0 and x must each have at least one row",
+      "no_latents"),
+    C(attention.cccp, "finite", cccp_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
+    C(attention.init_attention, "K", lambda: dict(d_in=3, d_k=2, key=KEY), lambda a: dict(d_k=0), r"d_k must be >= 1",
+      "zero_dk"),
+    C(attention.init_multihead, "dtype", lambda: dict(d_model=4, n_heads=2, key=KEY), lambda a: dict(n_heads=2.0),
+      r"n_heads must be an integer >= 1", "float_heads"),
+    C(attention.causal_mask, "dtype", lambda: dict(n=3, m=5), lambda a: dict(n=2.5), r"n must be an integer >= 1", "float_n"),
+    C(attention.relative_position_bias, "shape", lambda: dict(table=_normal(5), n=3), lambda a: dict(n=4),
+      r"table must have 2n - 1 = 7 entries", "table_length"),
+    C(attention.sinusoidal_encoding, "positive", lambda: dict(n=3, d=4), lambda a: dict(base=np.nan),
+      r"base must be a finite scalar > 1", "nan_base"),
+    C(attention.cross_energy_tokens, "finite", tokens_args, _replace_params("wk", lambda w: _nan_at(w, 1)),
+      r"params\.wk must be finite", "nan_wk"),
+    C(attention.cross_energy_tokens, "beta", tokens_args, lambda a: dict(beta=-0.1), r"beta must be a finite scalar > 0",
+      "negative"),
+    C(attention.attend, "finite", attend_args, lambda a: dict(v=_nan_at(a["v"], 3)), r"v must be finite", "nan_v"),
+    C(attention.cross_energy, "shape", cross_args, lambda a: dict(bias=jnp.zeros((3, 4))),
+      r"bias of shape \(3, 4\) does not broadcast", "bias_shape"),
+    # predictive coding
+    C(pc.mlp, "dtype", pc_mlp, _replace_params("b1", _ints), r"params\.b1 must be floating point", "int_b1"),
+    C(pc.pcn_energy, "dtype", pc_net, lambda a: dict(precisions=np.array([0, 1, 2])), r"precisions must be floating point",
+      "int_precisions"),
+    C(pc.anpc_energy, "dtype", anpc_args, lambda a: dict(precisions=np.array([1, 1, 2])), r"precisions must be floating point",
+      "int_precisions"),
+    C(pc.anpc_energy, "finite", anpc_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
+    C(pc.anpc_energy, "shape", anpc_args, lambda a: dict(x=_normal((2, 4))), r"x must have shape \(\.\.\., N\) with N = 3",
+      "x_width"),
+    C(pc.anpc_energy, "mask", anpc_args, _replace_params("adjacency", lambda A: np.asarray(A, np.int64)),
+      r"params\.adjacency must be boolean", "int_adjacency"),
+    C(pc.pcn_infer, "K", pcn_infer_args, lambda a: dict(num_steps=0), r"num_steps must be an integer >= 1", "zero_steps"),
+    C(pc.mixture_infer, "K", pc_infer, lambda a: dict(num_steps=1.0), r"num_steps must be an integer >= 1", "float_steps"),
+    # rbm
+    C(rbm.free_energy, "domain", rbm_args, lambda a: dict(v=np.array([[1, 0, 2], [0, 1, 1]])),
+      r"v must be binary \(entries 0 or 1\); got an int64 array", "int_v_not_binary"),
+    C(rbm.log_likelihood, "domain", lambda: dict(rbm_args(), log_z=rbm.log_partition(rbm_args()["params"])),
+      lambda a: dict(v=jnp.full((2, 3), 0.5)), r"v must be binary", "nonbinary_v"),
+    C(rbm.log_likelihood_grad, "domain", rbm_args, lambda a: dict(v=jnp.full((2, 3), 0.5)), r"v must be binary",
+      "nonbinary_v"),
+    C(rbm.free_energy_hidden, "finite", rbm_hidden, lambda a: dict(h=_nan_at(a["h"])), r"h must be finite", "nan_h"),
+    C(rbm.gibbs, "K", rbm_gibbs, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(rbm.fit, "K", rbm_fit, lambda a: dict(batch_size=0), r"batch_size must be an integer >= 1", "zero_batch"),
+    # slds
+    C(slds.m_step, "domain", slds_m_step, lambda a: dict(resp=-a["resp"]), r"resp must be finite and non-negative",
+      "negative_resp"),
+    C(slds.impute, "domain", slds_impute, lambda a: dict(missing=[9]), r"missing indices must lie in \[0, 7\]", "bad_index"),
+    # diffusion
+    C(diffusion.mlp_epsilon, "finite", diffusion_mlp,
+      lambda a: dict(params=a["params"]._replace(weights=(_nan_at(a["params"].weights[0]),) + a["params"].weights[1:])),
+      r"params\.weights\[0\] must be finite", "nan_weights"),
+    C(diffusion.mlp_epsilon, "shape", diffusion_mlp,
+      lambda a: dict(params=a["params"]._replace(biases=(jnp.zeros(3),) + a["params"].biases[1:])),
+      r"params\.biases\[0\] shape \(n_out,\)", "bias_shape"),
+    C(diffusion.kl_weight, "finite", lambda: dict(schedule=diffusion.linear_schedule(20), t=3, sigma2=0.01),
+      lambda a: dict(sigma2=np.inf), r"sigma2 must be finite and > 0", "inf_sigma2"),
+    C(diffusion.kl_weight, "shape", lambda: dict(schedule=diffusion.linear_schedule(20), t=jnp.array([3, 4]), sigma2=0.01),
+      lambda a: dict(sigma2=jnp.array([0.1, 0.2, 0.3])), r"sigma2 must be a scalar or have the shape of t", "sigma2_shape"),
+    # sharding (validation delegated to gmm/hopfield, dtype checked here)
+    C(sharding.sharded_em_step, "shape", sharding_em, lambda a: dict(x=_normal((10, 3))),
+      r"x has dimension 3 but params.means has d = 2", "x_dim"),
+    C(sharding.sharded_em_step, "finite", sharding_em, lambda a: dict(x=_nan_at(a["x"], 3)), r"x must be finite", "nan_x"),
+    C(sharding.sharded_fit, "K", sharding_fit, lambda a: dict(n_components=0), r"n_components must be >= 1", "zero"),
+    C(sharding.sharded_retrieve, "beta", sharding_retrieve, lambda a: dict(beta=0.0), r"beta must be finite and > 0", "zero"),
+    C(sharding.shard_rows, "shape", lambda: dict(a=_normal((5, 2)), mesh=sharding.data_mesh(1)),
+      lambda a: dict(a=jnp.float64(1.0)), r"a must have at least one axis", "scalar"),
+    C(sharding.shard_rows, "type", lambda: dict(a=_normal((5, 2)), mesh=sharding.data_mesh(1)),
+      lambda a: dict(mesh="data"), r"mesh must be a jax.sharding.Mesh", "not_a_mesh"),
+]
+
+
+# ---------------------------------------------------------------------------
+# Integer dtypes: one case per public function that takes a continuous array
+# ---------------------------------------------------------------------------
+#
+# The policy (issue 8): continuous-valued arrays (parameters, states,
+# queries/keys/values, observations of continuous models, responsibilities,
+# precisions) given with an integer or boolean dtype raise a ValueError naming
+# the argument; inherently discrete data (RBM unit states, labels, masks, time
+# steps, indices, counts) keep their natural dtypes. Each entry below is
+# (function, valid-argument factory, the continuous argument made integer);
+# a "params.<field>" argument replaces one field of the params NamedTuple.
+
+_DTYPE = r"must (have a floating dtype|be floating point)"
+
+
+def _int_case(fn, valid, arg, name=None):
+    """The case for ``arg`` made integer; ``name`` is the argument the message names, if not ``arg``."""
+    if arg.startswith("params."):
+        field = arg.split(".", 1)[1]
+        bad = _replace_params(field, _ints)
+    elif arg.startswith("xs["):
+        bad = lambda a: dict(xs=(_ints(a["xs"][0]),) + tuple(a["xs"][1:]))  # noqa: E731
+    elif arg.startswith("xs0["):
+        bad = lambda a: dict(xs0=(_ints(a["xs0"][0]),) + tuple(a["xs0"][1:]))  # noqa: E731
+    else:
+        bad = lambda a: {arg: _ints(a[arg])}  # noqa: E731
+    label = "int_" + re.sub(r"\W+", "_", arg).strip("_")
+    return C(fn, "dtype", valid, bad, re.escape(name or arg) + " " + _DTYPE, label)
+
+
+def gmm_free():
+    return dict(gmm_energy(), resp=jnp.full((10, 2), 0.5))
+
+
+def gmm_init():
+    return dict(x=_normal((30, 2)), n_components=2, key=KEY)
+
+
+INT_INPUTS = [
+    # gmm: observations, parameters and responsibilities are continuous
+    (gmm.sim, gmm_energy, "x"),
+    (gmm.energy, gmm_energy, "x"),
+    (gmm.seed_energy, gmm_energy, "params.means"),
+    (gmm.responsibilities, gmm_energy, "params.covariances"),
+    (gmm.free_energy, gmm_free, "resp"),
+    (gmm.grad_means, gmm_energy, "params.weights"),
+    (gmm.grad_x, gmm_energy, "x"),
+    (gmm.grad_covariances, gmm_energy, "params.means"),
+    (gmm.grad_weights, gmm_energy, "x"),
+    (gmm.em_step, gmm_energy, "x"),
+    (gmm.em_step_reference, gmm_energy, "params.means"),
+    (gmm.initialize, gmm_init, "x"),
+    (gmm.fit, gmm_fit, "x"),
+    # attention
+    (attention.cross_energy, cross_args, "q"),
+    (attention.cross_grad_queries, cross_args, "k"),
+    (attention.cross_grad_keys, cross_args, "q"),
+    (attention.cross_energy_tokens, tokens_args, "xk"),
+    (attention.cross_grad_tokens, tokens_args, "xq"),
+    (attention.cross_grad_params, tokens_args, "params.wq"),
+    (attention.self_energy, self_args, "params.wk"),
+    (attention.self_grad_terms, self_args, "x"),
+    (attention.self_grad, self_args, "x"),
+    (attention.attention_weights, cross_args, "k"),
+    (attention.attend, attend_args, "v"),
+    (attention.edge_prior, lambda: dict(bias=_normal((2, 4))), "bias"),
+    (attention.prior_energy, prior_args, "sim"),
+    (attention.multihead_attention, mha_args, "xq"),
+    (attention.relative_position_bias, lambda: dict(table=_normal(5), n=3), "table"),
+    (attention.collapsed_free_energy, structural_args, "w"),
+    (attention.cccp_step, structural_args, "mu"),
+    (attention.cccp, cccp_args, "mu0"),
+    # predictive coding
+    (pc.mlp, pc_mlp, "mu"),
+    (pc.mixture_sim, pc_mixture, "x"),
+    (pc.mixture_energy, pc_mixture, "mu"),
+    (pc.mixture_responsibilities, pc_mixture, "x"),
+    (pc.mixture_grad_x, pc_mixture, "x"),
+    (pc.mixture_grad_mu, pc_mixture, "mu"),
+    (pc.mixture_grad_params, pc_mixture, "params.W2"),
+    (pc.mixture_mu_lipschitz, pc_lipschitz, "x"),
+    (pc.mixture_infer, pc_infer, "mu0"),
+    (pc.mixture_fit, pc_fit, "x"),
+    (pc.mixture_sample, pc_sample, "latent_centres"),
+    (pc.pcn_forward, pcn_forward_args, "x"),
+    (pc.pcn_predictions, lambda: {k: v for k, v in pc_net().items() if k != "precisions"}, "xs[0]"),
+    (pc.pcn_errors, pc_net, "precisions"),
+    (pc.pcn_sim, pc_net, "xs[0]"),
+    (pc.pcn_energy, pc_net, "precisions"),
+    (pc.pcn_grad_x, pc_net, "xs[0]"),
+    (pc.pcn_grad_params, pc_net, "xs[0]"),
+    (pc.pcn_infer, pcn_infer_args, "xs0[0]"),
+    (pc.pcn_train, pcn_train_args, "y"),
+    (pc.pcn_classify, pcn_classify_args, "x"),
+    (pc.pcn_generate, pcn_generate_args, "y"),
+    (pc.anpc_predictions, lambda: {k: v for k, v in anpc_args().items() if k != "precisions"}, "x"),
+    (pc.anpc_errors, lambda: {k: v for k, v in anpc_args().items() if k != "precisions"}, "params.weights"),
+    (pc.anpc_sim, anpc_args, "x"),
+    (pc.anpc_attention, anpc_args, "x"),
+    (pc.anpc_effective_precisions, anpc_args, "params.biases"),
+    (pc.anpc_energy, anpc_args, "x"),
+    (pc.anpc_standard_energy, anpc_args, "x"),
+    (pc.anpc_grad_x, anpc_args, "x"),
+    (pc.anpc_standard_grad_x, anpc_args, "x"),
+    (pc.anpc_grad_params, anpc_args, "x"),
+    (pc.anpc_lipschitz, anpc_lipschitz_args, "params.weights"),
+    (pc.anpc_infer, anpc_infer_args, "x0"),
+    # rbm: the parameters are continuous (unit states are binary data: see test_integer_data_is_cast_exactly)
+    (rbm.energy, rbm_joint, "params.W"),
+    (rbm.free_energy, rbm_args, "params.b"),
+    (rbm.free_energy_hidden, rbm_hidden, "params.c"),
+    (rbm.free_energy_grad_v, rbm_args, "params.W"),
+    (rbm.free_energy_grad_params, rbm_args, "params.W"),
+    (rbm.energy_gap, rbm_joint, "params.W"),
+    (rbm.hidden_probs, rbm_args, "params.W"),
+    (rbm.visible_probs, rbm_hidden, "params.W"),
+    (rbm.sample_hidden, rbm_keyed, "params.W"),
+    (rbm.sample_visible, rbm_keyed_hidden, "params.W"),
+    (rbm.gibbs, rbm_gibbs, "params.W"),
+    (rbm.log_partition, rbm_params_only, "params.W"),
+    (rbm.log_likelihood, rbm_args, "params.W"),
+    (rbm.log_likelihood_grad, rbm_args, "params.W"),
+    (rbm.cd_gradient, rbm_keyed, "params.W"),
+    (rbm.gibbs_transition_matrix, rbm_params_only, "params.W"),
+    (rbm.expected_cd_gradient, lambda: dict(rbm_args(), k=1), "params.W"),
+    (rbm.fit, rbm_fit, "params.W"),
+    # slds
+    (slds.residuals, slds_energy, "x"),
+    (slds.sim, slds_energy, "x"),
+    (slds.energy, slds_energy, "params.b"),
+    (slds.responsibilities, slds_energy, "x"),
+    (slds.grad_next, slds_energy, "x"),
+    (slds.grad_prev, slds_energy, "x"),
+    (slds.grad_trajectory, slds_energy, "x"),
+    (slds.grad_A, slds_energy, "x"),
+    (slds.grad_b, slds_energy, "x"),
+    (slds.covariance_penalty, lambda: dict(slds_params_only(), reg_covar=0.1), "params.covariances"),
+    (slds.objective, slds_energy, "x"),
+    (slds.m_step, slds_m_step, "resp"),
+    (slds.em_step, slds_energy, "x"),
+    (slds.init_params, lambda: dict(x=_normal((30, 2)), n_components=2, key=KEY), "x"),
+    (slds.fit, slds_fit, "x"),
+    (slds.predict, slds_energy, "x"),
+    (slds.sample, slds_sample, "params.A"),
+    (slds.smoothness_bound, slds_params_only, "params.A"),
+    (slds.impute, slds_impute, "x"),
+    # slot attention
+    (slot_attention.similarity, slot_args, "x"),
+    (slot_attention.attention, slot_args, "mu"),
+    (slot_attention.energy, slot_args, "params.w_k"),
+    (slot_attention.free_energy, slot_args, "mu"),
+    (slot_attention.grad_x, slot_args, "x"),
+    (slot_attention.grad_mu, slot_args, "mu"),
+    (slot_attention.grad_w_k, slot_args, "params.w_k"),
+    (slot_attention.grad_w_q, slot_args, "params.w_q"),
+    (slot_attention.grad_free_energy_mu, slot_args, "x"),
+    (slot_attention.gradient_step, lambda: dict(slot_args(), step=0.1), "mu"),
+    (slot_attention.cccp_step, slot_args, "mu"),
+    (slot_attention.e_step, slot_e_step, "mu"),
+    (slot_attention.surrogate, slot_assign, "a"),
+    (slot_attention.m_step_w_q, slot_assign, "a"),
+    (slot_attention.m_step_w_k, slot_assign, "x"),
+    (slot_attention.procrustes_w_q, slot_procrustes, "a"),
+    (slot_attention.unconstrained_m_steps, lambda: dict(slot_assign(), n_iter=1), "mu"),
+    (slot_attention.fit, slot_fit, "x"),
+    (slot_attention.fourier_features, lambda: dict(points=_normal((4, 2)), n_features=3, lengthscale=0.5, key=KEY), "points"),
+    (slot_attention.init_slots, lambda: dict(x=_normal((5, 4)), n_slots=2, key=KEY), "x"),
+    # diffusion
+    (diffusion.make_schedule, lambda: dict(betas=jnp.array([0.1, 0.2])), "betas"),
+    (diffusion.forward_marginal, diffusion_x0, "x0"),
+    (diffusion.q_sample, lambda: dict(diffusion_x0(), key=KEY), "x0"),
+    (diffusion.q_step, lambda: dict(schedule=diffusion.linear_schedule(20), x_prev=_normal((3, 2)), t=4, key=KEY), "x_prev"),
+    (diffusion.q_posterior, diffusion_posterior, "xt"),
+    (diffusion.reverse_mean, diffusion_reverse, "eps"),
+    (diffusion.denoising_loss, diffusion_loss, "x0"),
+    (diffusion.simplified_loss, lambda: dict(eps_fn=diffusion.ideal_epsilon, params=_normal((5, 2)),
+                                             schedule=diffusion.linear_schedule(20), x0=_normal((3, 2), 1), key=KEY), "x0"),
+    (diffusion.ideal_energy, diffusion_args, "x"),
+    (diffusion.ideal_log_density, diffusion_args, "data"),
+    (diffusion.ideal_score, diffusion_args, "x"),
+    (diffusion.ideal_denoiser, diffusion_args, "x"),
+    (diffusion.ideal_epsilon, diffusion_args, "data"),
+    # params are opaque to sample; eps_fn = ideal_epsilon validates them under their own name, data
+    (diffusion.sample, diffusion_sample, "params", "data"),
+    (diffusion.ideal_sample, lambda: dict(data=_normal((5, 2)), schedule=diffusion.linear_schedule(20), num_samples=2,
+                                          key=KEY), "data"),
+    (diffusion.mlp_epsilon, diffusion_mlp, "x"),
+    (diffusion.fit_mlp, diffusion_fit, "data"),
+    (diffusion.nearest_training_point, lambda: dict(samples=_normal((3, 2)), data=_normal((5, 2), 1)), "samples"),
+    (diffusion.nearest_neighbour_spacing, lambda: dict(data=_normal((5, 2))), "data"),
+    # sharding
+    (sharding.sharded_em_step, sharding_em, "x"),
+    (sharding.sharded_fit, sharding_fit, "x"),
+    (sharding.sharded_retrieve, sharding_retrieve, "queries"),
+]
+
+_existing = {case.id for case in CASES}
+CASES += [case for case in (_int_case(*entry) for entry in INT_INPUTS) if case.id not in _existing]
 
 def _kwargs(case: Case) -> tuple[dict, dict]:
     valid = case.valid()
@@ -557,6 +1008,7 @@ REQUIRED = {
     "rbm": {"shape", "finite", "K", "positive", "dtype"},
     "diffusion": {"shape", "finite", "K", "positive", "dtype"},
     "predictive_coding": {"shape", "finite", "K", "positive", "dtype"},
+    "sharding": {"shape", "finite", "K", "beta", "dtype"},
 }
 
 
@@ -572,16 +1024,47 @@ def test_registry_covers_every_module_and_kind():
     assert len(ids) == len(set(ids)), "duplicate case ids"
 
 
+# Public functions with no continuous array argument (sizes, counts, keys,
+# integer time steps, schedules, meshes only), exempt from the dtype sweep.
+NO_CONTINUOUS_ARRAY = {
+    "attention": {"init_attention", "init_multihead", "causal_mask", "sinusoidal_encoding", "sinusoidal_shift"},
+    "predictive_coding": {"init_mlp", "pcn_init"},
+    "rbm": {"init_params", "binary_states"},
+    "slds": set(),
+    "slot_attention": {"blob_scene"},
+    "diffusion": {"linear_schedule", "sigmas", "kl_weight", "effective_beta", "time_embedding", "init_mlp"},
+    "sharding": {"data_mesh", "shard_rows"},
+    "gmm": set(),
+}
+
+
+def test_every_continuous_input_has_an_integer_dtype_case():
+    import inspect
+
+    modules = dict(attention=attention, predictive_coding=pc, rbm=rbm, slds=slds, slot_attention=slot_attention,
+                   diffusion=diffusion, sharding=sharding, gmm=gmm)
+    with_case = {(c.module, c.fn.__name__) for c in CASES if c.kind == "dtype"}
+    for name, module in modules.items():
+        public = {n for n in module.__all__ if inspect.isfunction(getattr(module, n))}
+        exempt = NO_CONTINUOUS_ARRAY[name]
+        assert exempt <= public, f"{name}: stale exemptions {sorted(exempt - public)}"
+        missing = sorted(n for n in public - exempt if (name, n) not in with_case)
+        assert not missing, f"{name}: no integer-dtype case for {missing}"
+
+
 @pytest.mark.parametrize(
     "fn, make, arg",
     [
-        (gmm.energy, gmm_energy, "x"),
         (rbm.free_energy, rbm_args, "v"),
     ],
-    ids=["gmm.energy-x", "rbm.free_energy-v"],
+    ids=["rbm.free_energy-v"],
 )
 def test_integer_data_is_cast_exactly(fn, make, arg):
-    """gmm and rbm accept integer *data* (e.g. binary pixels) and cast it; the result equals the float call."""
+    """rbm accepts integer *data* (binary pixels) and casts it; the result equals the float call.
+
+    Visible units are binary data; continuous inputs everywhere else (gmm's
+    observations included) reject integer dtypes (``INT_INPUTS``).
+    """
     kwargs = make()
     ints = _ints(kwargs[arg])
     as_int = fn(**{**kwargs, arg: ints})
