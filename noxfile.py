@@ -52,8 +52,10 @@ def tests(session):
     session.install("-e", ".[book,test]")
     session.run(
         "pytest",
-        "tests",
+        # Notebooks first: they are the longest items, so with --dist loadfile the short
+        # package-test files fill the workers' tails instead of one notebook running alone.
         "book",
+        "tests",
         "--nbval",
         "--nbval-current-env",
         "--nbval-sanitize-with",

@@ -972,7 +972,14 @@ def _params():
 
 
 def _valid_params():
-    return [pytest.param(case, id=case.id) for case in CASES]
+    """One valid call per (function, valid-argument maker): many cases share both."""
+    seen, params = set(), []
+    for case in CASES:
+        key = (case.fn, case.valid)
+        if key not in seen:
+            seen.add(key)
+            params.append(pytest.param(case, id=f"{case.module}.{case.fn.__name__}-{case.valid.__name__}"))
+    return params
 
 
 def _finite_float_leaves(out):
