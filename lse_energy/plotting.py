@@ -1,7 +1,7 @@
 r"""One small plotting style for every figure in the book.
 
 Call :func:`use` once at the top of a chapter. It sets Matplotlib defaults
-(readable font sizes, light grids, a colour-blind-safe cycle, tight layout)
+(readable font sizes, light grids, a colour-blind-safe cycle, constrained layout)
 and leaves the backend alone, so figures still render inline. Matplotlib is
 imported lazily: the package itself does not depend on it.
 """
