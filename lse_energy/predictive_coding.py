@@ -216,11 +216,7 @@ def mlp(params: MLPParams, mu) -> Array:
     m = params.W1.shape[1]
     if mu.ndim < 1 or mu.shape[-1] != m:
         raise ValueError(f"mu must have shape (..., m) with m = params.W1.shape[1] = {m}; got {mu.shape}")
-    if not jnp.issubdtype(mu.dtype, jnp.floating):
-        raise ValueError(f"mu must be floating point; got {mu.dtype}")
-    if _is_concrete(mu) and not bool(np.all(np.isfinite(np.asarray(mu)))):
-        raise ValueError("mu must be finite")
-    return _mlp(params, mu)
+    return _mlp(params, _floating_finite("mu", mu))
 
 
 def _mlp(params, mu):
@@ -252,17 +248,22 @@ def _check_params(params) -> MLPParams:
     return MLPParams(W1, b1, W2, b2)
 
 
+def _floating_finite(name: str, a: Array) -> Array:
+    """``a`` (already shape-checked) must have a floating dtype and, when concrete, finite values."""
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        raise ValueError(f"{name} must be floating point; got {a.dtype}")
+    if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
 def _check_matrix(name: str, a, cols: int, what: str) -> Array:
     a = jnp.asarray(a)
     if a.ndim != 2 or a.shape[0] < 1:
         raise ValueError(f"{name} must have shape (n, {what}) with n >= 1; got {a.shape}")
     if a.shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns ({what}); got shape {a.shape}")
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must be floating point; got {a.dtype}")
-    if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{name} must be finite")
-    return a
+    return _floating_finite(name, a)
 
 
 def _check_mixture(params, x, mu, mu_name="mu"):
@@ -830,10 +831,7 @@ def _check_values(xs, sizes, name="xs") -> tuple:
             raise ValueError(
                 f"{name}[{l - 1}] (layer {l}) must have shape {batch} + ({n},); got {x.shape}"
             )
-        if not jnp.issubdtype(x.dtype, jnp.floating):
-            raise ValueError(f"{name}[{l - 1}] must be floating point; got {x.dtype}")
-        if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-            raise ValueError(f"{name}[{l - 1}] must be finite")
+        _floating_finite(f"{name}[{l - 1}]", x)
     return xs
 
 
@@ -923,11 +921,7 @@ def pcn_forward(params: PCNParams, x) -> tuple:
     x = jnp.asarray(x)
     if x.ndim < 1 or x.shape[-1] != n1:
         raise ValueError(f"x must have shape (..., n_1) with n_1 = {n1}; got {x.shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"x must be floating point; got {x.dtype}")
-    if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-        raise ValueError("x must be finite")
-    return _pcn_forward(params, x)
+    return _pcn_forward(params, _floating_finite("x", x))
 
 
 def _pcn_predictions(params, xs):
@@ -1519,11 +1513,7 @@ def _check_anpc_x(x, N, name="x") -> Array:
     x = jnp.asarray(x)
     if x.ndim < 1 or x.shape[-1] != N:
         raise ValueError(f"{name} must have shape (..., N) with N = {N}; got {x.shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{name} must be floating point; got {x.dtype}")
-    if _is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-        raise ValueError(f"{name} must be finite")
-    return x
+    return _floating_finite(name, x)
 
 
 def _check_anpc_precisions(precisions, N, dtype) -> Array:
