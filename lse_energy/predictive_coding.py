@@ -241,10 +241,7 @@ def _check_params(params) -> MLPParams:
             f"{W1.shape}, {b1.shape}, {W2.shape}, {b2.shape}"
         )
     for name, a in zip(MLPParams._fields, (W1, b1, W2, b2)):
-        if not jnp.issubdtype(a.dtype, jnp.floating):
-            raise ValueError(f"params.{name} must be floating point; got {a.dtype}")
-        if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-            raise ValueError(f"params.{name} must be finite")
+        _floating_finite(f"params.{name}", a)
     return MLPParams(W1, b1, W2, b2)
 
 
@@ -811,10 +808,7 @@ def _check_pcn_params(params) -> PCNParams:
     for name, a in [("prior_mean", m)] + [(f"weights[{i}]", W) for i, W in enumerate(Ws)] + [
         (f"biases[{i}]", b) for i, b in enumerate(bs)
     ]:
-        if not jnp.issubdtype(a.dtype, jnp.floating):
-            raise ValueError(f"params.{name} must be floating point; got {a.dtype}")
-        if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-            raise ValueError(f"params.{name} must be finite")
+        _floating_finite(f"params.{name}", a)
     return PCNParams(weights=Ws, biases=bs, prior_mean=m)
 
 
@@ -1502,10 +1496,7 @@ def _check_anpc_params(params) -> ANPCParams:
     if A.dtype != jnp.bool_:
         raise ValueError(f"params.adjacency must be boolean (True marks a synapse j -> i); got {A.dtype}")
     for name, a in (("weights", W), ("biases", B)):
-        if not jnp.issubdtype(a.dtype, jnp.floating):
-            raise ValueError(f"params.{name} must be floating point; got {a.dtype}")
-        if _is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-            raise ValueError(f"params.{name} must be finite")
+        _floating_finite(f"params.{name}", a)
     return ANPCParams(weights=W, biases=B, adjacency=A)
 
 
