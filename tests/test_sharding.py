@@ -79,7 +79,8 @@ SCRIPT = textwrap.dedent(
 def test_sharded_equals_single_device_on_four_devices():
     env = {
         **os.environ,
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
+        # Keep any flags the caller set (nox sets fast-compile flags) and add four host devices.
+        "XLA_FLAGS": (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4").strip(),
         "JAX_PLATFORMS": "cpu",
     }
     proc = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
