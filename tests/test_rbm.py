@@ -326,6 +326,10 @@ def test_fit_same_key_same_result():
     b, tb = rbm.fit(p0, v, key=jax.random.key(3), n_epochs=3, batch_size=8)
     np.testing.assert_array_equal(flat(a), flat(b))
     np.testing.assert_array_equal(ta.free_energy, tb.free_energy)
+    # Without the diagnostics the training path, and so the parameters, are unchanged.
+    c, tc = rbm.fit(p0, v, key=jax.random.key(3), n_epochs=3, batch_size=8, monitor=False)
+    np.testing.assert_array_equal(flat(a), flat(c))
+    assert tc.reconstruction_error is None and tc.free_energy is None
 
 
 # --- validation ---------------------------------------------------------------

@@ -728,6 +728,7 @@ CASES += [
     C(rbm.free_energy_hidden, "finite", rbm_hidden, lambda a: dict(h=_nan_at(a["h"])), r"h must be finite", "nan_h"),
     C(rbm.gibbs, "K", rbm_gibbs, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
     C(rbm.fit, "K", rbm_fit, lambda a: dict(batch_size=0), r"batch_size must be an integer >= 1", "zero_batch"),
+    C(rbm.fit, "K", rbm_fit, lambda a: dict(monitor="yes"), r"monitor must be a bool", "monitor_not_bool"),
     # slds
     C(slds.m_step, "domain", slds_m_step, lambda a: dict(resp=-a["resp"]), r"resp must be finite and non-negative",
       "negative_resp"),
