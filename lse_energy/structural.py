@@ -39,6 +39,7 @@ rebuilt here from its text.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from functools import partial
 from typing import NamedTuple
@@ -832,23 +833,64 @@ def _check_optimizer(optimizer):
         raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
 
 
-def _train(loss_fn, params, key, optimizer, n_steps):
+# Progress of the compiled training scans (``progress=True`` of the run_* functions). The scan
+# reports its step number to the host every ``report_every`` steps through jax.debug.callback;
+# the host moves the open tqdm bar forward to it (vmapped copies report the same step number, so
+# duplicates are harmless).
+_progress_bar = None
+_last_progress: tuple[int, int] | None = None  # (steps reported, total) of the last closed bar
+
+
+def _report_progress(step):
+    bar = _progress_bar
+    if bar is not None and int(step) > bar.n:
+        bar.update(int(step) - bar.n)
+
+
+@contextlib.contextmanager
+def _progress(enabled, total: int, desc: str):
+    """Open a tqdm bar of ``total`` steps; yields ``report_every`` (0: no reporting)."""
+    global _progress_bar, _last_progress
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise ValueError(f"progress must be a bool; got {enabled!r}")
+    if not enabled:
+        yield 0
+        return
+    from tqdm.auto import tqdm
+
+    _progress_bar = tqdm(total=total, desc=desc)
+    try:
+        yield max(1, total // 50)
+        jax.effects_barrier()  # every callback has run
+    finally:
+        _last_progress = (_progress_bar.n, total)
+        _progress_bar.close()
+        _progress_bar = None
+
+
+def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     opt_state = optimizer.init(params)
 
-    def step(carry, k):
+    def step(carry, inp):
+        k, i = inp
         p, s = carry
         loss, g = jax.value_and_grad(loss_fn)(p, k)
         updates, s = optimizer.update(g, s, p)
         p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
+        if report_every:
+            done = i + 1
+            jax.lax.cond((done % report_every == 0) | (done == n_steps),
+                         lambda: jax.debug.callback(_report_progress, done), lambda: None)
         return (p, s), loss
 
-    (params, _), losses = jax.lax.scan(step, (params, opt_state), jax.random.split(key, n_steps))
+    xs = (jax.random.split(key, n_steps), jnp.arange(n_steps))
+    (params, _), losses = jax.lax.scan(step, (params, opt_state), xs)
     return params, losses
 
 
 def run_multihop_experiment(model: str, seeds, *, optimizer, n_steps: int = 400, batch: int = 64,
                             n_nodes: int = 8, d: int = 8, d_k: int = 8, rank: int = 2,
-                            strength: float = 3.0, n_test: int = 2048) -> ToyRun:
+                            strength: float = 3.0, n_test: int = 2048, progress: bool = False) -> ToyRun:
     r"""Train ``model`` on the multi-hop task once per seed (vmapped, jitted).
 
     Each seed draws its own task (:func:`make_multihop_task`), initial
@@ -861,10 +903,14 @@ def run_multihop_experiment(model: str, seeds, *, optimizer, n_steps: int = 400,
       model: one of :data:`TOY_MODELS`.
       seeds: sequence of integer seeds.
       optimizer: optax ``GradientTransformation`` (hashable, static).
+      progress: show a ``tqdm.auto`` bar of the optimizer steps (the
+        compiled scan reports to the host every ``n_steps // 50`` steps; the
+        callback changes how XLA fuses the loop body, so results agree with
+        ``progress=False`` to round-off, not bit for bit).
     """
     return run_multihop_experiments((model,), seeds, optimizer=optimizer, n_steps=n_steps, batch=batch,
                                     n_nodes=n_nodes, d=d, d_k=d_k, rank=rank, strength=strength,
-                                    n_test=n_test)[model]
+                                    n_test=n_test, progress=progress)[model]
 
 
 # The single-head models as one family, A(P) = c_0 I + c_1 P + c_2 P^2 (see hop_matrix).
@@ -874,7 +920,7 @@ _HOP_COEFFS = {"one_layer": (0.0, 1.0, 0.0), "multihop_paper": (0.0, 1.0, 1.0),
 
 def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, batch: int = 64,
                              n_nodes: int = 8, d: int = 8, d_k: int = 8, rank: int = 2,
-                             strength: float = 3.0, n_test: int = 2048) -> dict:
+                             strength: float = 3.0, n_test: int = 2048, progress: bool = False) -> dict:
     r""":func:`run_multihop_experiment` for several models at once; returns ``{model: ToyRun}``.
 
     The single-head models share their parameter shapes and differ only in
@@ -882,7 +928,8 @@ def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, ba
     :math:`(0, 1, 0)`, paper :math:`(0, 1, 1)`, code :math:`(1/3, 1/3, 1/3)`),
     so they are trained in one compiled program vmapped over the
     coefficients (the same seeds, hence the same tasks and data, for every
-    model); ``"two_layer"`` is a second program.
+    model); ``"two_layer"`` is a second program. With ``progress=True`` each
+    program shows a ``tqdm.auto`` bar of its optimizer steps.
     """
     models = tuple(models)
     if not models or any(m not in TOY_MODELS for m in models):
@@ -902,12 +949,14 @@ def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, ba
     single = tuple(m for m in dict.fromkeys(models) if m != "two_layer")
     if single:
         coeffs = jnp.asarray([_HOP_COEFFS[m] for m in single], dtype=jnp.result_type(float))
-        run = _run_mh(keys, coeffs, "single", *args)
+        with _progress(progress, n_steps, f"training {', '.join(single)}") as every:
+            run = jax.block_until_ready(_run_mh(keys, coeffs, "single", *args, every))
         for i, m in enumerate(single):
             out[m] = jax.tree_util.tree_map(lambda a, i=i: a[i], run)
     if "two_layer" in models:
-        out["two_layer"] = jax.tree_util.tree_map(lambda a: a[0], _run_mh(keys, jnp.zeros((1, 3)), "two_layer",
-                                                                          *args))
+        with _progress(progress, n_steps, "training two_layer") as every:
+            run = jax.block_until_ready(_run_mh(keys, jnp.zeros((1, 3)), "two_layer", *args, every))
+        out["two_layer"] = jax.tree_util.tree_map(lambda a: a[0], run)
     return {m: out[m] for m in models}
 
 
@@ -921,8 +970,9 @@ def _predict_mh_coeffs(c, params, x, query):
     return out[rows, query, 0]
 
 
-@partial(jax.jit, static_argnums=tuple(range(2, 12)))
-def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank, strength, n_test):
+@partial(jax.jit, static_argnums=tuple(range(2, 13)))
+def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank, strength, n_test,
+            report_every=0):
     def one(c, key):
         kt, ki, kd, ke = jax.random.split(key, 4)
         task = _make_multihop_task(kt, d, rank, strength)
@@ -938,7 +988,7 @@ def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank
             return jnp.mean((predict(p, x, pos[:, 2]) - y) ** 2) / var
 
         params, curve = _train(loss, _init_toy("two_layer" if kind == "two_layer" else "one_layer", ki, d, d_k),
-                               kd, optimizer, n_steps)
+                               kd, optimizer, n_steps, report_every)
         x, y, pos = _sample_multihop(task, ke, n_nodes, n_test)
         final = jnp.mean((predict(params, x, pos[:, 2]) - y) ** 2) / var
         return params, curve, final
@@ -1094,11 +1144,12 @@ def _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_steps):
 def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int = 300, batch: int = 32,
                              n: int = 64, d: int = 10, d_k: int = 8, rank: int = 2, strength: float = 3.0,
                              alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3, max_steps: int = 100,
-                             n_test: int = 1024):
+                             n_test: int = 1024, progress: bool = False):
     r"""Train ``"self"`` or ``"expanding"`` attention on the expanding task for every (p, seed).
 
     Vmapped over ``ps`` and ``seeds`` (one compilation per shape). Every
     step sees a fresh batch; the loss is :math:`\mathrm{MSE}/\|w_y\|^2`.
+    ``progress=True`` shows a ``tqdm.auto`` bar of the optimizer steps.
 
     Returns:
       ``(run, stats)``: a :class:`ToyRun` whose arrays have leading axes
@@ -1126,14 +1177,17 @@ def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int =
     _check_positive("alpha0", alpha0)
     _check_positive("beta0", beta0)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    run, stats = _run_ex(keys, jnp.asarray(ps), model, optimizer, n_steps, batch, n, d, d_k, rank, float(strength),
-                         float(alpha0), float(beta0), _check_eps(eps), float(tol), max_steps, n_test)
+    eps = _check_eps(eps)
+    with _progress(progress, n_steps, f"training {model} attention") as every:
+        run, stats = jax.block_until_ready(
+            _run_ex(keys, jnp.asarray(ps), model, optimizer, n_steps, batch, n, d, d_k, rank, float(strength),
+                    float(alpha0), float(beta0), eps, float(tol), max_steps, n_test, every))
     return run, (stats if model == "expanding" else None)
 
 
-@partial(jax.jit, static_argnums=tuple(range(2, 17)))
+@partial(jax.jit, static_argnums=tuple(range(2, 18)))
 def _run_ex(keys, ps, model, optimizer, n_steps, batch, n, d, d_k, rank, strength, alpha0, beta0, eps, tol,
-            max_steps, n_test):
+            max_steps, n_test, report_every=0):
     def one(p, key):
         kt, ki, kd, ke = jax.random.split(key, 4)
         mt = _make_multihop_task(kt, d, rank, strength)
@@ -1147,7 +1201,7 @@ def _run_ex(keys, ps, model, optimizer, n_steps, batch, n, d, d_k, rank, strengt
             x, y, _ = _sample_expanding(task, k, n, batch, p)
             return jnp.mean((predict(params, x)[0] - y) ** 2) / var
 
-        params, curve = _train(loss, _init_toy("one_layer", ki, d, d_k), kd, optimizer, n_steps)
+        params, curve = _train(loss, _init_toy("one_layer", ki, d, d_k), kd, optimizer, n_steps, report_every)
         x, y, dist = _sample_expanding(task, ke, n, n_test, p)
         yhat, res = predict(params, x)
         final = jnp.mean((yhat - y) ** 2) / var

@@ -524,3 +524,18 @@ def test_same_key_same_result_and_validation():
         S.run_expanding_experiment("self", [0], [0.0], optimizer=opt)
     with pytest.raises(ValueError, match="p must"):
         S.sample_expanding(S.make_expanding_task(4, 1, key=jax.random.key(0)), 5, 2, 1.5, key=jax.random.key(0))
+
+
+def test_progress_bar_reaches_total_and_leaves_results_unchanged():
+    import optax
+
+    opt = optax.adam(1e-2)
+    small = dict(n_steps=30, batch=8, n_nodes=4, d=4, d_k=4, rank=2, n_test=16)
+    a = S.run_multihop_experiment("one_layer", [0, 1], optimizer=opt, **small)
+    b = S.run_multihop_experiment("one_layer", [0, 1], optimizer=opt, progress=True, **small)
+    assert S._last_progress == (30, 30) and S._progress_bar is None
+    # the host callback changes the fusion of the loop body: equal to round-off
+    np.testing.assert_allclose(np.asarray(b.curve), np.asarray(a.curve), rtol=1e-12, atol=0)
+    np.testing.assert_allclose(np.asarray(b.final), np.asarray(a.final), rtol=1e-12, atol=0)
+    with pytest.raises(ValueError, match="progress must be a bool"):
+        S.run_multihop_experiment("one_layer", [0], optimizer=opt, progress="yes", **small)
