@@ -89,7 +89,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import core
+from lse_energy import _progress, core
 
 Array = jax.Array
 
@@ -572,8 +572,10 @@ class MixtureFit(NamedTuple):
     learn_energy: Array
 
 
-@partial(jax.jit, static_argnames=("optimizer", "num_rounds", "infer_steps", "learn_steps", "auto_step"))
-def _fit_jit(params, x, mu0, step_size, optimizer, num_rounds, infer_steps, learn_steps, auto_step):
+@partial(jax.jit, static_argnames=("optimizer", "num_rounds", "infer_steps", "learn_steps", "auto_step",
+                                   "report_every"))
+def _fit_jit(params, x, mu0, step_size, optimizer, num_rounds, infer_steps, learn_steps, auto_step,
+             report_every=0):
     def learn(carry, _):
         p, state, mu = carry
         g = _grad_params(p, x, mu)
@@ -581,15 +583,16 @@ def _fit_jit(params, x, mu0, step_size, optimizer, num_rounds, infer_steps, lear
         p = jax.tree.map(jnp.add, p, updates)
         return (p, state, mu), _energy(p, x, mu)
 
-    def round_(carry, _):
+    def round_(carry, i):
         p, state, mu = carry
+        _progress.tick(i, num_rounds, report_every)
         eta = 1.0 / _lipschitz(p, x) if auto_step else step_size
         mu, inf_trace = _infer_scan(p, x, mu, eta, infer_steps)
         (p, state, mu), learn_trace = jax.lax.scan(learn, (p, state, mu), None, length=learn_steps)
         return (p, state, mu), (inf_trace[1:], learn_trace)
 
     state = optimizer.init(params)
-    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), None, length=num_rounds)
+    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(num_rounds))
     return MixtureFit(params=p, mu=mu, initial_energy=_energy(params, x, mu0),
                       infer_energy=inf, learn_energy=lrn)
 
@@ -604,6 +607,7 @@ def mixture_fit(
     infer_steps: int,
     learn_steps: int,
     step_size: float | None = None,
+    progress: bool = False,
 ) -> MixtureFit:
     r"""Learn :math:`\phi` and infer :math:`\mu` by alternating descent on eq. (18).
 
@@ -627,6 +631,9 @@ def mixture_fit(
         :func:`mixture_mu_lipschitz`, recomputed at the start of every
         round for the current :math:`\phi`, so every inference phase is
         monotone. (Optimizer steps on :math:`\phi` carry no such guarantee.)
+      progress: show a ``tqdm.auto`` bar of the rounds (the compiled loop
+        reports to the host every 1/50 of the run; with the bar, results agree
+        with ``progress=False`` to round-off, see :mod:`lse_energy._progress`).
 
     Returns:
       :class:`MixtureFit`.
@@ -639,8 +646,9 @@ def mixture_fit(
     learn_steps = _check_int("learn_steps", learn_steps, 1)
     step_size = _check_step(step_size)
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
-    return _fit_jit(params, x, mu0, eta, optimizer, num_rounds, infer_steps, learn_steps,
-                    step_size is None)
+    with _progress.bar(progress, num_rounds, "predictive-coding mixture fit (rounds)") as every:
+        return jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, num_rounds, infer_steps,
+                                              learn_steps, step_size is None, every))
 
 
 class MixtureData(NamedTuple):

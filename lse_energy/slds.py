@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import core
+from lse_energy import _progress, core
 
 Array = jax.Array
 
@@ -563,7 +563,7 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> SLDSPa
     return _init_one(key, x, int(n_components), reg_covar)
 
 
-def _fit_one(params0, x, tol, reg_covar, max_iter):
+def _fit_one(params0, x, tol, reg_covar, max_iter, report_every=0):
     T1 = x.shape[0] - 1
     obj = lambda p: core.energy(_sim(p, x, True)) + _penalty(p, reg_covar)  # noqa: E731
     trace = jnp.full((max_iter + 1,), jnp.nan, x.dtype).at[0].set(obj(params0))
@@ -574,6 +574,7 @@ def _fit_one(params0, x, tol, reg_covar, max_iter):
 
     def body(state):
         i, p, tr, _ = state
+        _progress.tick(i, max_iter, report_every)
         new = _em_step(p, x, reg_covar)
         e = obj(new)
         tr = tr.at[i + 1].set(e)
@@ -584,12 +585,12 @@ def _fit_one(params0, x, tol, reg_covar, max_iter):
     return params, trace, n
 
 
-def _fit_many_body(keys, x, tol, reg_covar, n_components, max_iter):
+def _fit_many_body(keys, x, tol, reg_covar, n_components, max_iter, report_every=0):
     inits = jax.vmap(lambda k: _init_one(k, x, n_components, reg_covar))(keys)
-    return jax.vmap(lambda p: _fit_one(p, x, tol, reg_covar, max_iter))(inits)
+    return jax.vmap(lambda p: _fit_one(p, x, tol, reg_covar, max_iter, report_every))(inits)
 
 
-_fit_many = jax.jit(_fit_many_body, static_argnames=("n_components", "max_iter"))
+_fit_many = jax.jit(_fit_many_body, static_argnames=("n_components", "max_iter", "report_every"))
 
 
 def fit(
@@ -601,6 +602,7 @@ def fit(
     tol: float = 1e-9,
     n_init: int = 4,
     reg_covar: float = 1e-6,
+    progress: bool = False,
 ) -> FitResult:
     r"""Fit :math:`K` modes to a trajectory by EM on the normalised energy (17).
 
@@ -621,6 +623,10 @@ def fit(
         :func:`objective`; it adds :math:`\lambda / N_k` to the diagonal of
         every :math:`\Sigma_k` and keeps a mode that explains few, nearly
         collinear transitions from collapsing to a singular covariance.
+      progress: show a ``tqdm.auto`` bar of the EM steps, out of ``max_iter``
+        (the restarts run together; the bar reports the furthest one and
+        stops where the last restart converged). With the bar, results agree
+        with ``progress=False`` to round-off (see :mod:`lse_energy._progress`).
 
     Returns:
       :class:`FitResult` ``(params, trace)`` with the objective before and
@@ -639,10 +645,11 @@ def fit(
     _check_count("n_init", n_init, 1)
     _check_nonneg_finite("tol", tol)
     keys = jax.random.split(key, int(n_init))
-    params, traces, ns = _fit_many(
-        keys, x, jnp.asarray(tol, x.dtype), jnp.asarray(reg_covar, x.dtype),
-        n_components=int(n_components), max_iter=int(max_iter),
-    )
+    with _progress.bar(progress, int(max_iter), f"SLDS EM ({int(n_init)} restarts)") as every:
+        params, traces, ns = jax.block_until_ready(_fit_many(
+            keys, x, jnp.asarray(tol, x.dtype), jnp.asarray(reg_covar, x.dtype),
+            n_components=int(n_components), max_iter=int(max_iter), report_every=every,
+        ))
     ns = np.asarray(ns)
     final = np.asarray(traces)[np.arange(len(ns)), ns]
     ok = np.isfinite(final) & np.all(np.isfinite(np.asarray(params.covariances)), axis=(1, 2, 3))

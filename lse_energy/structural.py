@@ -39,7 +39,6 @@ rebuilt here from its text.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from functools import partial
 from typing import NamedTuple
@@ -48,6 +47,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lse_energy import _progress
 from lse_energy import attention as A
 from lse_energy import core
 
@@ -833,41 +833,6 @@ def _check_optimizer(optimizer):
         raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
 
 
-# Progress of the compiled training scans (``progress=True`` of the run_* functions). The scan
-# reports its step number to the host every ``report_every`` steps through jax.debug.callback;
-# the host moves the open tqdm bar forward to it (vmapped copies report the same step number, so
-# duplicates are harmless).
-_progress_bar = None
-_last_progress: tuple[int, int] | None = None  # (steps reported, total) of the last closed bar
-
-
-def _report_progress(step):
-    bar = _progress_bar
-    if bar is not None and int(step) > bar.n:
-        bar.update(int(step) - bar.n)
-
-
-@contextlib.contextmanager
-def _progress(enabled, total: int, desc: str):
-    """Open a tqdm bar of ``total`` steps; yields ``report_every`` (0: no reporting)."""
-    global _progress_bar, _last_progress
-    if not isinstance(enabled, (bool, np.bool_)):
-        raise ValueError(f"progress must be a bool; got {enabled!r}")
-    if not enabled:
-        yield 0
-        return
-    from tqdm.auto import tqdm
-
-    _progress_bar = tqdm(total=total, desc=desc)
-    try:
-        yield max(1, total // 50)
-        jax.effects_barrier()  # every callback has run
-    finally:
-        _last_progress = (_progress_bar.n, total)
-        _progress_bar.close()
-        _progress_bar = None
-
-
 def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     opt_state = optimizer.init(params)
 
@@ -877,10 +842,7 @@ def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
         loss, g = jax.value_and_grad(loss_fn)(p, k)
         updates, s = optimizer.update(g, s, p)
         p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
-        if report_every:
-            done = i + 1
-            jax.lax.cond((done % report_every == 0) | (done == n_steps),
-                         lambda: jax.debug.callback(_report_progress, done), lambda: None)
+        _progress.tick(i, n_steps, report_every)
         return (p, s), loss
 
     xs = (jax.random.split(key, n_steps), jnp.arange(n_steps))
@@ -949,12 +911,12 @@ def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, ba
     single = tuple(m for m in dict.fromkeys(models) if m != "two_layer")
     if single:
         coeffs = jnp.asarray([_HOP_COEFFS[m] for m in single], dtype=jnp.result_type(float))
-        with _progress(progress, n_steps, f"training {', '.join(single)}") as every:
+        with _progress.bar(progress, n_steps, f"training {', '.join(single)}") as every:
             run = jax.block_until_ready(_run_mh(keys, coeffs, "single", *args, every))
         for i, m in enumerate(single):
             out[m] = jax.tree_util.tree_map(lambda a, i=i: a[i], run)
     if "two_layer" in models:
-        with _progress(progress, n_steps, "training two_layer") as every:
+        with _progress.bar(progress, n_steps, "training two_layer") as every:
             run = jax.block_until_ready(_run_mh(keys, jnp.zeros((1, 3)), "two_layer", *args, every))
         out["two_layer"] = jax.tree_util.tree_map(lambda a: a[0], run)
     return {m: out[m] for m in models}
@@ -1178,7 +1140,7 @@ def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int =
     _check_positive("beta0", beta0)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     eps = _check_eps(eps)
-    with _progress(progress, n_steps, f"training {model} attention") as every:
+    with _progress.bar(progress, n_steps, f"training {model} attention") as every:
         run, stats = jax.block_until_ready(
             _run_ex(keys, jnp.asarray(ps), model, optimizer, n_steps, batch, n, d, d_k, rank, float(strength),
                     float(alpha0), float(beta0), eps, float(tol), max_steps, n_test, every))

@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lse_energy import _progress
 from lse_energy import predictive_coding as pc
 from lse_energy.testing import assert_gradient
 
@@ -229,3 +230,16 @@ def test_validation_errors():
         pc.mixture_sample(params, 2, 3, key=jax.random.key(0), latent_centres=jnp.zeros((3, 2)))
     with pytest.raises(TypeError):
         pc.init_mlp(1, 3, 2, jax.random.key(0))  # key is keyword-only
+
+
+def test_fit_progress_bar_reaches_total_and_leaves_results_unchanged():
+    optax = pytest.importorskip("optax")
+    params, x, mu = _problem(1)
+    kw = dict(optimizer=optax.sgd(1e-3), num_rounds=6, infer_steps=3, learn_steps=2)
+    a = pc.mixture_fit(params, x, mu, **kw)
+    b = pc.mixture_fit(params, x, mu, progress=True, **kw)
+    assert _progress.last == (6, 6) and _progress._bar is None
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="progress must be a bool"):
+        pc.mixture_fit(params, x, mu, progress="no", **kw)

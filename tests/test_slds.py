@@ -9,6 +9,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import multivariate_normal
 
+from lse_energy import _progress
 from lse_energy import core, slds
 from lse_energy.testing import assert_gradient, relative_error
 
@@ -334,3 +335,19 @@ def test_validation_errors():
         slds.impute(p, x, [3], step_size=0.0)
     with pytest.raises(ValueError, match="x0"):
         slds.sample(p, jnp.zeros((1, 2)), 5, key=jax.random.key(0))
+
+
+def test_fit_progress_bar_stops_at_convergence_and_leaves_results_unchanged():
+    p = random_params(0)
+    x, _ = slds.sample(p, jnp.zeros(2), 120, key=jax.random.key(0))
+    a = slds.fit(x, 3, key=jax.random.key(1), n_init=2, max_iter=300)
+    b = slds.fit(x, 3, key=jax.random.key(1), n_init=2, max_iter=300, progress=True)
+    steps, total = _progress.last
+    assert total == 300 and _progress._bar is None
+    # the bar stops at the last restart's convergence, at least as far as the chosen restart ran
+    assert len(a.trace) - 1 <= steps <= 300
+    np.testing.assert_allclose(np.asarray(b.trace), np.asarray(a.trace), rtol=1e-10)
+    for u, v in zip(jax.tree_util.tree_leaves(a.params), jax.tree_util.tree_leaves(b.params)):
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-8, atol=1e-10)
+    with pytest.raises(ValueError, match="progress must be a bool"):
+        slds.fit(x, 3, key=jax.random.key(1), progress=None)

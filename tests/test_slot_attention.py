@@ -7,6 +7,7 @@ import pytest
 from jax.scipy.special import logsumexp
 from sklearn.metrics import adjusted_rand_score
 
+from lse_energy import _progress
 from lse_energy import slot_attention as sa
 from lse_energy.testing import assert_gradient
 
@@ -396,3 +397,15 @@ def test_validation_errors():
         sa.blob_scene(5, key=jax.random.key(0), min_separation=3.0)
     with pytest.raises(ValueError, match="n_blobs"):
         sa.blob_scene(0, key=jax.random.key(0))
+
+
+def test_fit_progress_bar_reaches_total_and_leaves_results_unchanged():
+    params, x, mu = problem(4, n=12, s=3, d=3)
+    params = params._replace(w_q=orthogonal(jax.random.key(0), 3))
+    a = sa.fit(params, x, mu, n_iter=7)
+    b = sa.fit(params, x, mu, n_iter=7, progress=True)
+    assert _progress.last == (7, 7) and _progress._bar is None
+    for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
+        np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="progress must be a bool"):
+        sa.fit(params, x, mu, n_iter=2, progress=1)

@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from lse_energy import _progress
 from lse_energy import attention as A
 from lse_energy import core
 from lse_energy import structural as S
@@ -533,7 +534,7 @@ def test_progress_bar_reaches_total_and_leaves_results_unchanged():
     small = dict(n_steps=30, batch=8, n_nodes=4, d=4, d_k=4, rank=2, n_test=16)
     a = S.run_multihop_experiment("one_layer", [0, 1], optimizer=opt, **small)
     b = S.run_multihop_experiment("one_layer", [0, 1], optimizer=opt, progress=True, **small)
-    assert S._last_progress == (30, 30) and S._progress_bar is None
+    assert _progress.last == (30, 30) and _progress._bar is None
     # the host callback changes the fusion of the loop body: equal to round-off
     np.testing.assert_allclose(np.asarray(b.curve), np.asarray(a.curve), rtol=1e-12, atol=0)
     np.testing.assert_allclose(np.asarray(b.final), np.asarray(a.final), rtol=1e-12, atol=0)

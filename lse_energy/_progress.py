@@ -1,0 +1,65 @@
+"""Progress bars for compiled training loops (the ``progress=True`` option of the fits).
+
+A jitted ``lax.scan`` or ``while_loop`` cannot drive a Python progress bar, so the
+loop reports its step number to the host with ``jax.debug.callback`` every
+``report_every`` steps (:func:`tick`), and the host moves the open ``tqdm.auto``
+bar forward to it (:func:`bar`). Vmapped copies of a loop report the same or
+similar step numbers; the bar only ever moves forward, so duplicates are harmless.
+
+The callback changes how XLA fuses the loop body, so a run with a bar agrees with
+one without to round-off, not bit for bit. Without a bar (``report_every=0``) the
+loop is compiled exactly as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+_bar = None
+last: tuple[int, int] | None = None  # (steps reported, total) of the last closed bar; for tests
+
+
+def _report(done):
+    bar = _bar
+    if bar is not None:
+        done = int(np.max(np.asarray(done)))
+        if done > bar.n:
+            bar.update(min(done, bar.total) - bar.n)
+
+
+@contextlib.contextmanager
+def bar(enabled, total: int, desc: str):
+    """Open a bar of ``total`` steps while the block runs; yields ``report_every`` (0 when disabled).
+
+    The block must wait for its results (``jax.block_until_ready``) so that every
+    report has arrived before the bar closes.
+    """
+    global _bar, last
+    if not isinstance(enabled, (bool, np.bool_)):
+        raise ValueError(f"progress must be a bool; got {enabled!r}")
+    if not enabled:
+        yield 0
+        return
+    from tqdm.auto import tqdm
+
+    _bar = tqdm(total=total, desc=desc)
+    try:
+        yield max(1, total // 50)
+        jax.effects_barrier()
+    finally:
+        last = (_bar.n, total)
+        _bar.close()
+        _bar = None
+
+
+def tick(i, total: int, report_every: int) -> None:
+    """Inside a traced loop: report step ``i + 1`` of ``total`` every ``report_every`` steps (0: never)."""
+    if not report_every:
+        return
+    done = jnp.asarray(i) + 1
+    jax.lax.cond(jnp.any((done % report_every == 0) | (done == total)),
+                 lambda: jax.debug.callback(_report, done), lambda: None)
