@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-__all__ = ["GradientCheck", "check_gradient", "assert_gradient", "relative_error"]
+__all__ = ["GradientCheck", "check_gradient", "assert_gradient", "relative_error", "decade"]
 
 
 class GradientCheck(NamedTuple):
@@ -32,6 +32,24 @@ class GradientCheck(NamedTuple):
 
     autodiff_error: float
     fd_error: float
+
+
+def decade(err) -> str:
+    """``"< 1e-07"``: the smallest power of ten above a non-negative error; ``"= 0"`` for zero.
+
+    For printing errors whose digits depend on how XLA compiles the code
+    (float32 round-off, finite-difference noise), so that a notebook's printed
+    output is the same under any compiler flags while its ``assert`` checks the bound.
+    """
+    e = float(err)
+    if not (np.isfinite(e) and e >= 0):
+        raise ValueError(f"err must be finite and >= 0; got {err!r}")
+    if e == 0.0:
+        return "= 0"
+    bound = 10.0 ** (np.floor(np.log10(e)) + 1)
+    if bound <= e:  # log10 rounded down across a power of ten
+        bound *= 10.0
+    return f"< {bound:.0e}"
 
 
 def relative_error(a, b) -> float:

@@ -282,6 +282,18 @@ def test_checker_accepts_correct_and_rejects_wrong_gradients():
         assert_gradient(f, wrong, x)
 
 
+def test_decade_is_the_next_power_of_ten_above():
+    from lse_energy.testing import decade
+
+    assert decade(0.0) == "= 0"
+    assert decade(3.9e-8) == "< 1e-07" and decade(4.1e-8) == "< 1e-07"
+    assert decade(1e-7) == "< 1e-06"  # strictly above an exact power of ten
+    assert decade(np.float32(1.8e-7)) == "< 1e-06" and decade(5.0) == "< 1e+01"
+    for bad in (-1e-9, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="err must be finite and >= 0"):
+            decade(bad)
+
+
 def test_checker_needs_float64():
     from lse_energy.testing import check_gradient
 
