@@ -23,6 +23,8 @@ import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
+# Link targets known to be placeholders, not a published copy of the book.
+PLACEHOLDER_LINKS = ("github.com/lse-energy/", "example.com", "example.org", "/user/repo")
 SCREENSHOTS = ROOT / "_build" / "screenshots"
 CHROMIUM_FLAGS = [
     "--headless",
@@ -144,6 +146,8 @@ def test_page_renders(page, html, browser):
     assert not broken, f"images that did not load: {broken}"
     assert report["tracebacks"] == 0, "a cell output shows a traceback"
 
+    placeholders = [h for h in report["links"] if any(p in h for p in PLACEHOLDER_LINKS)]
+    assert not placeholders, f"links to a placeholder: {placeholders}"
     for href in report["links"]:
         parsed = urllib.parse.urlparse(href)
         if parsed.scheme or href.startswith("mailto:"):
