@@ -40,6 +40,7 @@ __all__ = [
     "is_concrete",
     "float_array",
     "softmax_average",
+    "require_finite",
 ]
 
 
@@ -50,6 +51,39 @@ def is_concrete(*arrays) -> bool:
     boundary run only on concrete inputs; every model module uses this.
     """
     return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def require_finite(where: str, result, *, steps=None, hint: str = "") -> None:
+    """Raise ``ValueError`` if any floating array in the pytree ``result`` is not finite.
+
+    Every iterative driver (fits, trainers, experiment runs) calls this on what it
+    is about to return, so that a run that diverged never comes back as NaN as if it
+    had succeeded. ``steps`` is an optional array whose leading axis indexes the
+    steps of the run (a trace): the message names the first step at which it is not
+    finite. Nothing is checked on traced values (inside an outer ``jit``).
+
+    Args:
+      where: the function's name, first in the message.
+      result: a pytree (NamedTuple, tuple, array ...); ``None`` leaves are skipped.
+      steps: optional per-step trace, leading axis = step.
+      hint: what to change, appended to the message.
+    """
+    leaves = [a for a in jax.tree_util.tree_leaves(result) if a is not None]
+    if not is_concrete(*leaves, *(() if steps is None else (steps,))):
+        return
+    paths = jax.tree_util.tree_flatten_with_path(result)[0]
+    bad = ["result" + jax.tree_util.keystr(path) for path, a in paths
+           if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
+           and not bool(np.all(np.isfinite(np.asarray(a))))]
+    if not bad:
+        return
+    where_step = ""
+    if steps is not None:
+        finite = np.all(np.isfinite(np.asarray(steps)).reshape(np.shape(steps)[0], -1), axis=1)
+        if not np.all(finite):
+            where_step = f", first at step {int(np.argmin(finite))}"
+    raise ValueError(f"{where}: the run diverged: {', '.join(bad)} became non-finite{where_step}"
+                     + (f"; {hint}" if hint else ""))
 
 
 def float_array(name: str, x, min_ndim: int = 0) -> Array:

@@ -862,7 +862,7 @@ def mlp_epsilon(params: MLPParams, schedule, x, t) -> Array:
             f"and outputs of width {d_out}"
         )
     num_freqs = (params.weights[0].shape[0] - d) // 2
-    h = jnp.concatenate([x, _time_embedding(t, schedule.betas.shape[0], num_freqs)], axis=-1)
+    h = jnp.concatenate([x, _time_embedding(t, schedule.betas.shape[0], num_freqs).astype(x.dtype)], axis=-1)
     for w, b in zip(params.weights[:-1], params.biases[:-1]):
         h = jax.nn.silu(h @ w + b)
     return h @ params.weights[-1] + params.biases[-1]
@@ -911,6 +911,10 @@ def fit_mlp(params: MLPParams, data, schedule, optimizer, *, key, steps: int,
 
     Returns:
       :class:`MLPFit`.
+
+    Raises:
+      ValueError: on bad arguments, or when training diverged (non-finite
+        parameters or losses; the message names the first step).
     """
     params = _check_mlp_params(params)
     schedule = _check_schedule(schedule)
@@ -926,7 +930,9 @@ def fit_mlp(params: MLPParams, data, schedule, optimizer, *, key, steps: int,
     if opt_state is None:
         opt_state = optimizer.init(params)
     p, s, losses = _fit_mlp(params, opt_state, data, schedule, key, optimizer, steps, batch_size)
-    return MLPFit(params=p, opt_state=s, losses=losses)
+    out = MLPFit(params=p, opt_state=s, losses=losses)
+    core.require_finite("fit_mlp", out, steps=losses, hint="lower the optimizer's learning rate")
+    return out
 
 
 # ---------------------------------------------------------------------------

@@ -504,7 +504,7 @@ def _sim_coefficients(params: GMMParams, shift: Array) -> Array:
     const = (jnp.log(params.weights) - 0.5 * (d * math.log(2.0 * math.pi) + logdet)
              - 0.5 * jnp.sum(mu * Pmu, axis=1))
     rows, cols, _ = _packed_pairs(d)
-    scale = np.where(rows == cols, -0.5, -1.0)
+    scale = jnp.asarray(np.where(rows == cols, -0.5, -1.0), P.dtype)  # keep the input's dtype
     quad = P[:, rows, cols] * scale[None, :]  # (K, d(d+1)/2)
     return jnp.concatenate([const[:, None], Pmu, quad], axis=1).T
 
@@ -598,7 +598,7 @@ def em_step(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
     return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
 
 
-def initialize(x, n_components: int, *, key, reg_covar: float = 0.0) -> GMMParams:
+def initialize(x, n_components: int, *, key, reg_covar: float = 1e-6) -> GMMParams:
     r"""The starting point used by :func:`fit`.
 
     Means are ``n_components`` distinct data points chosen with ``key``;
@@ -609,7 +609,8 @@ def initialize(x, n_components: int, *, key, reg_covar: float = 0.0) -> GMMParam
       x: ``(N, d)``.
       n_components: :math:`K`, with ``1 <= K <= N``.
       key: a ``jax.random`` key.
-      reg_covar: non-negative ridge added to the covariances.
+      reg_covar: non-negative ridge added to the covariances (default
+        ``1e-6``, as :func:`fit` and scikit-learn).
 
     Returns:
       :class:`GMMParams`.
@@ -646,28 +647,62 @@ def _check_components(n_components, N: int) -> int:
     return K
 
 
-def _fit_loop(params: GMMParams, x: Array, max_iter: int, tol, reg_covar):
-    # One pass over the data per iteration: the E-step at p_t gives both the energy
-    # E_t = -sum_i ln p(x_i | p_t) and the sufficient statistics for p_{t+1}.
-    N = x.shape[0]
-    shift = jnp.mean(x, axis=0)
-    ll0, R0 = _suff_stats(_sim_coefficients(params, shift), x, shift)
-    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=x.dtype).at[0].set(-ll0)
+def _not_pd(covariances: Array) -> Array:
+    """``(K,)`` booleans: True where a covariance has no finite Cholesky factor (not positive definite)."""
+    return ~jnp.all(jnp.isfinite(_cholesky(covariances)), axis=(-2, -1))
+
+
+def _em_loop(params: GMMParams, stats, N, shift: Array, max_iter: int, tol, reg_covar, dtype):
+    """EM until ``max_iter`` steps, a change in energy below ``tol * N``, or a failed M-step.
+
+    ``stats(p)`` returns ``(sum_i ln p(x_i | p), R)``: one pass over the data at ``p``
+    gives both the energy E_t = -sum_i ln p(x_i | p_t) and the sufficient statistics
+    for p_{t+1} (``sharding`` passes a sharded pass over the rows). A covariance that
+    is not positive definite after an M-step (a component collapsed onto fewer than
+    d + 1 distinct points, or emptied) stops the loop at the last good parameters;
+    ``failed`` records (iteration, first bad component), or (-1, -1).
+    """
+    ll0, R0 = stats(params)
+    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=dtype).at[0].set(-ll0)
+    no_failure = jnp.array([-1, -1], dtype=jnp.int32)
 
     def cond(carry):
-        i, _, _, _, done = carry
-        return (i < max_iter) & ~done
+        i, _, _, _, done, failed = carry
+        return (i < max_iter) & ~done & (failed[0] < 0)
 
     def body(carry):
-        i, p, R, tr, _ = carry
+        i, p_old, R, tr, _, _ = carry
         p = _m_step(R, N, shift, reg_covar)
-        ll, R = _suff_stats(_sim_coefficients(p, shift), x, shift)
-        e = -ll
-        done = jnp.abs(tr[i] - e) < tol * N  # change in mean log-likelihood < tol
-        return i + 1, p, R, tr.at[i + 1].set(e), done
+        bad = _not_pd(p.covariances)
+        failed = jnp.where(jnp.any(bad), jnp.stack([i + 1, jnp.argmax(bad)]).astype(jnp.int32), no_failure)
+        ok = failed[0] < 0
+        p = jax.tree.map(lambda new, old: jnp.where(ok, new, old), p, p_old)
+        ll, R_new = stats(p)
+        done = jnp.abs(tr[i] + ll) < tol * N  # change in mean log-likelihood < tol
+        tr = jnp.where(ok, tr.at[i + 1].set(-ll), tr)
+        return jnp.where(ok, i + 1, i), p, R_new, tr, done, failed
 
-    n_iter, params, _, trace, _ = jax.lax.while_loop(cond, body, (0, params, R0, trace, False))
-    return params, trace, n_iter
+    n_iter, params, _, trace, _, failed = jax.lax.while_loop(
+        cond, body, (0, params, R0, trace, False, no_failure))
+    return params, trace, n_iter, failed
+
+
+def _fit_loop(params: GMMParams, x: Array, max_iter: int, tol, reg_covar):
+    shift = jnp.mean(x, axis=0)
+    return _em_loop(params, lambda p: _suff_stats(_sim_coefficients(p, shift), x, shift),
+                    x.shape[0], shift, max_iter, tol, reg_covar, x.dtype)
+
+
+def _raise_if_failed(failed, reg_covar: float) -> None:
+    """Raise the fit's ``ValueError`` for a covariance that lost positive-definiteness."""
+    it, k = (int(v) for v in np.asarray(failed))
+    if it >= 0:
+        raise ValueError(
+            f"component {k}: its covariance is not positive definite after EM iteration {it} "
+            f"(ill-defined empirical covariance: the component collapsed onto too few distinct "
+            f"points, or lost all its points) with reg_covar={reg_covar:g}; increase reg_covar "
+            f"(default 1e-6, as scikit-learn) or decrease n_components"
+        )
 
 
 _fit_loop_jit = jax.jit(_fit_loop, static_argnames=("max_iter",))
@@ -690,7 +725,7 @@ def _check_fit_args(max_iter, tol) -> tuple[int, float]:
     return max_iter, tol_f
 
 
-def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 0.0):
+def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):
     r"""Fit a :math:`K`-component mixture by EM from :func:`initialize`.
 
     The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
@@ -698,23 +733,34 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
     :math:`|E_{t-1} - E_t| / N` drops below ``tol`` (scikit-learn's rule).
 
     Args:
-      x: ``(N, d)`` data.
+      x: ``(N, d)`` data, float32 or float64 (the result has the same dtype).
       n_components: :math:`K \ge 1`.
       key: ``jax.random`` key choosing the initial means (keyword-only).
       max_iter: maximum number of EM steps (``>= 0``).
       tol: convergence threshold on the per-point energy change (``>= 0``).
       reg_covar: ridge added to every covariance, at initialisation and in
-        each M-step (default 0, as in :func:`em_step`).
+        each M-step. The default ``1e-6`` is scikit-learn's: it keeps a
+        component that collapses onto a few identical points finite. Pass
+        ``0`` for exact EM (whose energy trace is non-increasing).
 
     Returns:
       ``(params, energies)``: the fitted :class:`GMMParams` and the energy
       trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0` at the
       initial parameters, :math:`T \le` ``max_iter`` the number of steps
       taken). With ``reg_covar = 0`` the trace is non-increasing.
+
+    Raises:
+      ValueError: on bad arguments, and when an M-step leaves a covariance
+        that is not positive definite (the message names the component and
+        the iteration, and suggests a larger ``reg_covar``). A fit never
+        returns NaN parameters. Under an outer ``jax.jit`` nothing can be
+        raised; call ``fit`` outside ``jit``.
     """
     x = _check_x(x)
     max_iter, tol_f = _check_fit_args(max_iter, tol)
     params = initialize(x, n_components, key=key, reg_covar=reg_covar)
-    reg = jnp.asarray(_check_reg(reg_covar), x.dtype)
-    params, trace, n_iter = _fit_loop_jit(params, x, max_iter, jnp.asarray(tol_f, x.dtype), reg)
+    reg = _check_reg(reg_covar)
+    params, trace, n_iter, failed = _fit_loop_jit(
+        params, x, max_iter, jnp.asarray(tol_f, x.dtype), jnp.asarray(reg, x.dtype))
+    _raise_if_failed(failed, reg)
     return params, trace[: int(n_iter) + 1]

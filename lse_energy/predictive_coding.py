@@ -82,6 +82,7 @@ sizes may be any finite real number.
 
 from __future__ import annotations
 
+import math
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -115,7 +116,7 @@ __all__ = [
 ]
 
 # Largest value of |tanh''(z)| = |−2 tanh(z)(1 − tanh(z)^2)|, attained at tanh(z) = 1/√3.
-_TANH2_MAX = 4.0 / (3.0 * np.sqrt(3.0))
+_TANH2_MAX = 4.0 / (3.0 * math.sqrt(3.0))  # a Python float: weakly typed, keeps float32 float32
 
 
 _is_concrete = core.is_concrete
@@ -428,7 +429,7 @@ def _lipschitz(params, x):
     n1 = jnp.linalg.norm(params.W1, ord=2)
     n2 = jnp.linalg.norm(params.W2, ord=2)
     H = params.W1.shape[0]
-    emax = jnp.linalg.norm(x - params.b2, axis=-1) + n2 * np.sqrt(H)
+    emax = jnp.linalg.norm(x - params.b2, axis=-1) + n2 * math.sqrt(H)
     return jnp.sum(n1**2 * n2**2 + _TANH2_MAX * n1**2 * n2 * emax)
 
 
@@ -637,6 +638,10 @@ def mixture_fit(
 
     Returns:
       :class:`MixtureFit`.
+
+    Raises:
+      ValueError: on bad arguments, or when the run diverged (a non-finite
+        parameter, latent or energy; the message names the first round).
     """
     params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
@@ -647,8 +652,11 @@ def mixture_fit(
     step_size = _check_step(step_size)
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
     with _progress.bar(progress, num_rounds, "predictive-coding mixture fit (rounds)") as every:
-        return jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, num_rounds, infer_steps,
-                                              learn_steps, step_size is None, every))
+        out = jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, num_rounds, infer_steps,
+                                             learn_steps, step_size is None, every))
+    core.require_finite("mixture_fit", out, steps=out.learn_energy,
+                        hint="lower the optimizer's learning rate or step_size (None picks a safe one)")
+    return out
 
 
 class MixtureData(NamedTuple):
@@ -1335,6 +1343,10 @@ def pcn_train(params: PCNParams, x, y, precisions=None, *, key: Array, optimizer
 
     Returns:
       :class:`PCNTrain`.
+
+    Raises:
+      ValueError: on bad arguments, or when training diverged (non-finite
+        parameters, energies or losses; the message names the first epoch).
     """
     params = _check_pcn_params(params)
     x, y = _pcn_check_data(params, x, y)
@@ -1349,8 +1361,11 @@ def pcn_train(params: PCNParams, x, y, precisions=None, *, key: Array, optimizer
     eta = jnp.asarray(_pcn_check_step(step_size), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)
-    return _pcn_train_jit(params, opt_state, x, y, prec, eta, key, optimizer, num_epochs,
-                          batch_size, infer_steps)
+    out = _pcn_train_jit(params, opt_state, x, y, prec, eta, key, optimizer, num_epochs,
+                         batch_size, infer_steps)
+    core.require_finite("pcn_train", out, steps=out.energy,
+                        hint="lower the optimizer's learning rate or the inference step_size")
+    return out
 
 
 # --- the other two modes ---------------------------------------------------------

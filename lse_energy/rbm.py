@@ -737,6 +737,11 @@ def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 3
 
     Returns:
       ``(params, trace)`` with trace a :class:`CDTrace` of per-epoch diagnostics.
+
+    Raises:
+      ValueError: on bad arguments, or when training diverged (non-finite
+        parameters or diagnostics; with ``monitor`` the message names the first
+        epoch).
     """
     W, b, c = _check_params(params)
     data = _check_layer(data, W.shape[0], "data", W.dtype, binary=True)
@@ -751,5 +756,8 @@ def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 3
         raise ValueError(f"learning_rate must be finite and > 0; got {learning_rate!r}")
     if not isinstance(monitor, (bool, np.bool_)):
         raise ValueError(f"monitor must be a bool; got {monitor!r}")
-    return _fit(RBMParams(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
-                n_epochs, batch_size, k, bool(monitor))
+    out = _fit(RBMParams(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
+               n_epochs, batch_size, k, bool(monitor))
+    core.require_finite("rbm.fit", out, steps=out[1].free_energy if monitor else None,
+                        hint="lower learning_rate")
+    return out

@@ -171,29 +171,15 @@ def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 
 def _sharded_fit_loop(params, x, valid, max_iter, tol, reg_covar, N, mesh):
     stats = _global_stats(mesh)
     shift = _global_mean(mesh)(x, valid) / N
-    ll0, R0 = stats(params, shift, x, valid)
-    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=x.dtype).at[0].set(-ll0)
-
-    def cond(carry):
-        i, _, _, _, done = carry
-        return (i < max_iter) & ~done
-
-    def body(carry):
-        i, p, R, tr, _ = carry
-        p = gmm._m_step(R, N, shift, reg_covar)
-        ll, R = stats(p, shift, x, valid)
-        done = jnp.abs(tr[i] + ll) < tol * N
-        return i + 1, p, R, tr.at[i + 1].set(-ll), done
-
-    n_iter, params, _, trace, _ = jax.lax.while_loop(cond, body, (0, params, R0, trace, False))
-    return params, trace, n_iter
+    return gmm._em_loop(params, lambda p: stats(p, shift, x, valid), N, shift, max_iter, tol, reg_covar,
+                        x.dtype)
 
 
 _sharded_fit_loop_jit = jax.jit(_sharded_fit_loop, static_argnames=("max_iter", "N", "mesh"))
 
 
 def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, tol: float = 1e-6,
-                reg_covar: float = 0.0):
+                reg_covar: float = 1e-6):
     r""":func:`lse_energy.gmm.fit` with the data points sharded over ``mesh``.
 
     Same initialisation (:func:`lse_energy.gmm.initialize` with ``key``), same
@@ -209,16 +195,21 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
 
     Returns:
       ``(params, energies)`` as :func:`lse_energy.gmm.fit`.
+
+    Raises:
+      ValueError: as :func:`lse_energy.gmm.fit`, also when a covariance stops
+        being positive definite (naming the component and the iteration).
     """
     x = gmm._check_x(_float_x(x))
     max_iter, tol_f = gmm._check_fit_args(max_iter, tol)
     params = gmm.initialize(x, n_components, key=key, reg_covar=reg_covar)
-    reg = jnp.asarray(gmm._check_reg(reg_covar), x.dtype)
+    reg = gmm._check_reg(reg_covar)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
-    params, trace, n_iter = _sharded_fit_loop_jit(
-        params, xs, valid, max_iter, jnp.asarray(tol_f, x.dtype), reg, N, mesh
+    params, trace, n_iter, failed = _sharded_fit_loop_jit(
+        params, xs, valid, max_iter, jnp.asarray(tol_f, x.dtype), jnp.asarray(reg, x.dtype), N, mesh
     )
+    gmm._raise_if_failed(failed, reg)
     return params, trace[: int(n_iter) + 1]
 
 

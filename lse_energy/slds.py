@@ -424,7 +424,7 @@ def covariance_penalty(params: SLDSParams, reg_covar: float) -> Array:
 
 def _penalty(params, reg_covar):
     d = params.A.shape[1]
-    inv = jnp.linalg.solve(params.covariances, jnp.broadcast_to(jnp.eye(d), params.covariances.shape))
+    inv = jnp.linalg.solve(params.covariances, jnp.broadcast_to(jnp.eye(d, dtype=params.covariances.dtype), params.covariances.shape))
     return 0.5 * reg_covar * jnp.sum(jnp.trace(inv, axis1=-2, axis2=-1))
 
 
@@ -453,7 +453,7 @@ def _m_step(x, resp, reg_covar):
     A, b = W[:, :, :d], W[:, :, d]
     r = y[:, None, :] - jnp.einsum("kij,tj->tki", W, z)
     S = jnp.einsum("tk,tki,tkj->kij", resp, r, r)
-    cov = (S + reg_covar * jnp.eye(d)) / nk[:, None, None]
+    cov = (S + reg_covar * jnp.eye(d, dtype=S.dtype)) / nk[:, None, None]
     cov = 0.5 * (cov + jnp.swapaxes(cov, -1, -2))
     return SLDSParams(nk / jnp.sum(nk), A, b, cov)
 
@@ -534,7 +534,7 @@ def _init_one(key, x, n_components, reg_covar):
     r = x[1:, None, :] - jnp.einsum("kij,tj->tki", p.A, x[:-1]) - p.b[None]
     best = jnp.min(jnp.sum(r**2, axis=-1), axis=1)  # best-mode squared residual per step
     scale = jnp.mean(best) / d + reg_covar / T1
-    cov = jnp.broadcast_to(scale * jnp.eye(d), (n_components, d, d))
+    cov = jnp.broadcast_to(scale * jnp.eye(d, dtype=x.dtype), (n_components, d, d))
     w = jnp.full((n_components,), 1.0 / n_components, x.dtype)
     return SLDSParams(w, p.A, p.b, cov)
 
@@ -652,7 +652,10 @@ def fit(
         ))
     ns = np.asarray(ns)
     final = np.asarray(traces)[np.arange(len(ns)), ns]
-    ok = np.isfinite(final) & np.all(np.isfinite(np.asarray(params.covariances)), axis=(1, 2, 3))
+    ok = np.isfinite(final)
+    for leaf in params:  # every parameter of each restart, not only the covariances
+        a = np.asarray(leaf)
+        ok &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
     if not np.any(ok):
         raise ValueError("every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger reg_covar")
     best = int(np.argmin(np.where(ok, final, np.inf)))

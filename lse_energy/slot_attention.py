@@ -664,6 +664,11 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
 
     Returns:
       ``(params, mu, FitTrace)``.
+
+    Raises:
+      ValueError: on bad arguments, or when the run diverged (a non-finite
+        parameter, slot or trace entry; the message names the first EM
+        iteration where the trace is not finite).
     """
     params, x, mu = _check(params, x, mu)
     for name, v in (("n_iter", n_iter), ("n_e_steps", n_e_steps)):
@@ -678,8 +683,11 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
         if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
             raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
     with _progress.bar(progress, int(n_iter), f"slot-attention EM ({m_step})") as every:
-        return jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype), jnp.asarray(prox, x.dtype),
-                                          int(n_iter), int(n_e_steps), m_step, every))
+        out = jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype), jnp.asarray(prox, x.dtype),
+                                         int(n_iter), int(n_e_steps), m_step, every))
+    core.require_finite("slot_attention.fit", out, steps=out[2].free_energy,
+                        hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps")
+    return out
 
 
 # ---------------------------------------------------------------------------

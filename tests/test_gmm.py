@@ -179,8 +179,9 @@ def test_em_mean_update_is_preconditioned_gradient_step(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_fit_trace_monotone_and_deterministic(seed):
     x = make_data(seed)
-    p1, t1 = gmm.fit(x, 3, key=jax.random.key(seed))
-    p2, t2 = gmm.fit(x, 3, key=jax.random.key(seed))
+    # reg_covar=0: exact EM, whose energy never increases (the default 1e-6 is a ridge).
+    p1, t1 = gmm.fit(x, 3, key=jax.random.key(seed), reg_covar=0.0)
+    p2, t2 = gmm.fit(x, 3, key=jax.random.key(seed), reg_covar=0.0)
     for a, b in zip(p1, p2):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     np.testing.assert_array_equal(np.asarray(t1), np.asarray(t2))
@@ -189,7 +190,7 @@ def test_fit_trace_monotone_and_deterministic(seed):
     assert np.all(np.diff(t) <= ROUNDOFF * np.abs(t[:-1]))
     np.testing.assert_allclose(t[-1], float(gmm.energy(p1, x)), rtol=1e-12)
     # The trace is what em_step produces from initialize(...).
-    p = gmm.initialize(x, 3, key=jax.random.key(seed))
+    p = gmm.initialize(x, 3, key=jax.random.key(seed), reg_covar=0.0)
     for _ in range(t.size - 1):
         p = gmm.em_step(p, x)
     for a, b in zip(p, p1):
@@ -209,7 +210,7 @@ def test_fit_different_keys_give_different_inits():
 def test_fit_is_jitted_loop_single_component():
     """K = 1: EM reaches the sample mean/covariance in one step and stops."""
     x = make_data(3)
-    p, t = gmm.fit(x, 1, key=jax.random.key(0))
+    p, t = gmm.fit(x, 1, key=jax.random.key(0), reg_covar=0.0)
     np.testing.assert_allclose(p.means[0], np.mean(np.asarray(x), axis=0), rtol=1e-12)
     np.testing.assert_allclose(p.covariances[0], np.cov(np.asarray(x).T, bias=True), rtol=1e-10)
     np.testing.assert_allclose(p.weights, [1.0])
@@ -322,7 +323,7 @@ def test_invalid_x_and_arguments():
     with pytest.raises(ValueError, match="tol"):
         gmm.fit(x, 2, key=jax.random.key(0), tol=-1e-3)
     with pytest.raises(ValueError, match="x: its sample covariance is singular"):
-        gmm.fit(jnp.zeros((5, 2)), 2, key=jax.random.key(0))
+        gmm.fit(jnp.zeros((5, 2)), 2, key=jax.random.key(0), reg_covar=0.0)
     with pytest.raises(ValueError, match="resp"):
         gmm.free_energy(p, x, jnp.ones((10, 3)))
 
@@ -341,3 +342,35 @@ def test_fit_zero_iterations_returns_initialisation():
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert t.shape == (1,)
     np.testing.assert_allclose(float(t[0]), float(gmm.energy(p0, x)), rtol=1e-12)
+
+
+def _collapsed(seed):
+    """200 Gaussian points and 50 copies of one point: a component can collapse onto the copies."""
+    rng = np.random.default_rng(seed)
+    return np.concatenate([rng.normal(size=(200, 2)), np.tile(rng.normal(size=(1, 2)) + 5.0, (50, 1))])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_collapsed_component_finite_with_default_reg_and_raises_without(seed):
+    """Defaults (reg_covar=1e-6, as scikit-learn) keep a collapsed component finite;
+    reg_covar=0 raises a ValueError naming the component, as scikit-learn raises too."""
+    from sklearn.mixture import GaussianMixture
+
+    x = _collapsed(seed)
+    p, t = gmm.fit(x, 3, key=jax.random.key(seed))
+    assert all(np.all(np.isfinite(np.asarray(a))) for a in p) and np.all(np.isfinite(np.asarray(t)))
+    eig = np.linalg.eigvalsh(np.asarray(p.covariances))
+    # The ridge is a floor on every eigenvalue, up to the round-off of the M-step's
+    # second-moment form E[xx'] - mu mu' (eps * |x|^2 ~ 1e-14 here).
+    assert eig.min() >= 1e-6 - 1e-12
+    # Some component holds the 50 copies alone, with covariance reg_covar * I.
+    k = int(np.argmin(eig.min(axis=1)))
+    np.testing.assert_allclose(float(p.weights[k]), 50 / 250, rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(p.covariances[k]), 1e-6 * np.eye(2), atol=1e-12)
+    with pytest.raises(ValueError, match=r"component \d+: its covariance is not positive definite after EM "
+                                         r"iteration \d+ .*increase reg_covar"):
+        gmm.fit(x, 3, key=jax.random.key(seed), reg_covar=0.0)
+    # The oracle agrees that this data has an ill-defined covariance without a ridge.
+    with pytest.raises(ValueError, match="ill-defined empirical covariance"):
+        GaussianMixture(3, reg_covar=0.0, random_state=seed, means_init=np.asarray(
+            gmm.initialize(x, 3, key=jax.random.key(seed)).means)).fit(x)

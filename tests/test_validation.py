@@ -39,6 +39,7 @@ import pytest
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention
 from lse_energy import predictive_coding as pc
+from lse_energy import structural
 
 KINDS = (
     "shape",  # mismatched or wrong shapes
@@ -51,6 +52,7 @@ KINDS = (
     "dtype",  # an integer dtype where a float is needed (or the reverse)
     "type",  # wrong container type / non-callable
     "domain",  # a value outside its domain: non-binary states, t outside 1..T, negative assignments
+    "diverge",  # valid arguments on which an iterative driver's run goes non-finite: it must raise, not return NaN
 )
 
 
@@ -1016,8 +1018,99 @@ REQUIRED = {
     "rbm": {"shape", "finite", "K", "positive", "dtype"},
     "diffusion": {"shape", "finite", "K", "positive", "dtype"},
     "predictive_coding": {"shape", "finite", "K", "positive", "dtype"},
-    "sharding": {"shape", "finite", "K", "beta", "dtype"},
+    "sharding": {"shape", "finite", "K", "beta", "dtype", "diverge"},
+    "structural": {"diverge"},
 }
+for _m in ("gmm", "slds", "slot_attention", "rbm", "diffusion", "predictive_coding"):
+    REQUIRED[_m] = REQUIRED[_m] | {"diverge"}
+
+
+# ---------------------------------------------------------------------------
+# Degenerate inputs: every fit / trainer / training run raises on a run that goes
+# non-finite (issue: no silent NaN). The valid factories give runs that stay finite.
+# ---------------------------------------------------------------------------
+
+
+def _collapsible():
+    """40 Gaussian points and 10 copies of one point: without a ridge a component collapses onto them."""
+    rng = _rng(3)
+    return np.concatenate([rng.normal(size=(40, 2)), np.tile([[5.0, 5.0]], (10, 1))])
+
+
+def gmm_fit_collapsible():
+    return dict(x=_collapsible(), n_components=3, key=KEY)
+
+
+def slds_fit_degenerate():
+    # A trajectory that sits still for 20 steps, then moves: without the precision prior a
+    # mode fitted to the still part has a singular covariance.
+    rng = _rng(4)
+    return dict(x=np.concatenate([np.zeros((20, 2)), rng.normal(size=(3, 2))]), n_components=2, key=KEY,
+                n_init=1, max_iter=5)
+
+
+def diffusion_fit():
+    return dict(params=diffusion_mlp()["params"], data=_normal((8, 2)), schedule=diffusion.linear_schedule(20),
+                optimizer=optax.sgd(1e-3), key=KEY, steps=3, batch_size=4)
+
+
+def multihop_run():
+    return dict(model="one_layer", seeds=[0], optimizer=optax.sgd(1e-3), n_steps=3, batch=4, n_test=4)
+
+
+def expanding_run():
+    return dict(model="expanding", seeds=[0], ps=[0.5], optimizer=optax.sgd(1e-3), n_steps=3, batch=4, n=8,
+                n_test=4)
+
+
+_HUGE_STEP = optax.sgd(1e300)  # overflows the first update
+DIVERGE = r"the run diverged: .* became non-finite"
+
+CASES += [
+    C(gmm.fit, "diverge", gmm_fit_collapsible, lambda a: dict(reg_covar=0.0),
+      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
+      "collapsed_component"),
+    C(sharding.sharded_fit, "diverge", lambda: dict(gmm_fit_collapsible(), mesh=sharding.data_mesh()),
+      lambda a: dict(reg_covar=0.0),
+      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
+      "collapsed_component"),
+    C(slds.fit, "diverge", slds_fit_degenerate, lambda a: dict(reg_covar=0.0),
+      r"every EM restart broke down .* larger reg_covar", "still_trajectory"),
+    C(slot_attention.fit, "diverge", lambda: dict(slot_args(), n_iter=2, m_step="least_squares"),
+      lambda a: dict(lam=1e-300), "slot_attention.fit: " + DIVERGE, "tiny_lam"),
+    C(rbm.fit, "diverge", rbm_fit, lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
+      "rbm.fit: " + DIVERGE + ".*lower learning_rate", "huge_rate"),
+    C(pc.mixture_fit, "diverge", pc_fit, lambda a: dict(optimizer=_HUGE_STEP), "mixture_fit: " + DIVERGE,
+      "huge_rate"),
+    C(pc.pcn_train, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn_train: " + DIVERGE,
+      "huge_rate"),
+    C(diffusion.fit_mlp, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "fit_mlp: " + DIVERGE,
+      "huge_rate"),
+    C(structural.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
+      r"run_multihop_experiments \(one_layer\): " + DIVERGE, "huge_rate"),
+    C(structural.run_expanding_experiment, "diverge", expanding_run, lambda a: dict(optimizer=_HUGE_STEP),
+      r"run_expanding_experiment \(expanding\): " + DIVERGE, "huge_rate"),
+]
+
+# Every public fit, trainer and training run (the drivers that take many steps on
+# their own) has a "diverge" case.
+FITS = {gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, pc.mixture_fit, pc.pcn_train,
+        diffusion.fit_mlp, structural.run_multihop_experiment, structural.run_multihop_experiments,
+        structural.run_expanding_experiment}
+
+
+def test_every_fit_has_a_diverge_case():
+    import inspect
+
+    with_case = {c.fn for c in CASES if c.kind == "diverge"}
+    # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
+    missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
+    assert not missing, missing
+    for mod in (gmm, sharding, slds, slot_attention, rbm, pc, diffusion, structural):
+        for name, f in inspect.getmembers(mod, inspect.isfunction):
+            if f.__module__ == mod.__name__ and not name.startswith("_") and (
+                    name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
+                assert f in FITS, f"{mod.__name__}.{name} is a driver with no diverge case"
 
 
 def test_registry_covers_every_module_and_kind():
