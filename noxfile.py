@@ -1,4 +1,5 @@
-"""Sessions: `nox -s book` renders the book, `nox -s tests` runs every test."""
+"""Sessions: `nox -s book` renders the book, `nox -s tests` runs every test, `nox -s portability`
+re-runs the notebooks as on older CPUs, `nox -s bench` times the peers."""
 
 import os
 import pathlib
@@ -55,6 +56,14 @@ def book(session):
     session.log(f"The book is ready: open file://{index}")
 
 
+NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg"]
+WORKERS = ["-n", os.environ.get("LSE_TEST_WORKERS", "2"), "--dist", "loadfile"]
+# Readers run the notebooks on other CPUs. XLA can emulate an older instruction set on
+# this one, which changes float32 round-off (and vectorised float64 maths) the way
+# another CPU would; every stored output must survive it.
+PORTABILITY_ISAS = ("SSE4_2", "AVX")
+
+
 @nox.session
 def tests(session):
     """Package tests, then every notebook under strict nbval (2 workers)."""
@@ -65,17 +74,22 @@ def tests(session):
         # package-test files fill the workers' tails instead of one notebook running alone.
         "book",
         "tests",
-        "--nbval",
-        "--nbval-current-env",
-        "--nbval-sanitize-with",
-        "nbval_sanitize.cfg",
-        "-n",
-        os.environ.get("LSE_TEST_WORKERS", "2"),
-        "--dist",
-        "loadfile",
+        *NBVAL,
+        *WORKERS,
         *session.posargs,
         env={**_kernel_env(session), **FAST_COMPILE},
     )
+
+
+@nox.session
+def portability(session):
+    """Every notebook under strict nbval as if on older CPUs (XLA's SSE4.2, then AVX, code paths)."""
+    session.install("-e", ".[book,test]")
+    for isa in PORTABILITY_ISAS:
+        session.log(f"strict nbval with --xla_cpu_max_isa={isa}")
+        flags = f"{FAST_COMPILE['XLA_FLAGS']} --xla_cpu_max_isa={isa}"
+        session.run("pytest", "book", *NBVAL, *WORKERS, *session.posargs,
+                    env={**_kernel_env(session), "XLA_FLAGS": flags})
 
 
 @nox.session

@@ -99,3 +99,57 @@ def test_equation_index_names_real_functions():
     for name in names:
         module, attr = name.rsplit(".", 1)
         assert hasattr(importlib.import_module(module), attr), f"{name} does not exist"
+
+
+# An e-notation figure in a printed output, e.g. 3.6e-07 or 0.0e+00.
+_E_NUMBER = r"[-+]?\d\.\d+e[-+]\d+"  # as printed by f"{x:.1e}"; a bare bound like 1e-5 is not one
+
+
+def float32_roundoff_prints(nb: dict) -> list[str]:
+    """Untagged cells that compute in float32 and print a figure only float32 round-off explains.
+
+    Float32 round-off depends on the CPU and on how XLA compiles a kernel, so such a figure
+    fails strict nbval on a reader's machine (CONTRIBUTING, "Notebooks"). In a cell whose
+    source mentions float32, a printed e-notation figure that is zero or >= 1e-10 is taken
+    for one: float32 round-off is never below 1e-10 unless exactly zero, while float64
+    round-off (below 1e-10) is mapped to ROUNDOFF by the sanitize file. A ``decade(...)``
+    in an untagged cell prints the decade of a compile-dependent error: also refused.
+    """
+    import re
+
+    found = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code" or "nbval-ignore-output" in cell.get("metadata", {}).get("tags", []):
+            continue
+        src = "".join(cell["source"])
+        if "decade(" in src:
+            found.append(f"cell {i}: prints decade(...)")
+        if "float32" not in src and "f32" not in src:
+            continue
+        text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+                       for o in cell.get("outputs", []))
+        for number in re.findall(_E_NUMBER, text):
+            if float(number) == 0.0 or abs(float(number)) >= 1e-10:
+                found.append(f"cell {i}: float32 cell prints {number}")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_float32_roundoff_in_untagged_outputs(path):
+    found = float32_roundoff_prints(json.loads(path.read_text()))
+    assert not found, found
+
+
+def test_float32_roundoff_rule_catches_the_old_chapter_5():
+    """The rule fails on chapter 5 as it was before the fix (a decade and a 0.0e+00 in float32 cells)."""
+    nb = {"cells": [
+        {"cell_type": "code", "metadata": {}, "source": ["x = jnp.ones(3, jnp.float32)\n", "print(f'{err:.1e}')"],
+         "outputs": [{"output_type": "stream", "text": ["per head: 0.0e+00\n"]}]},
+        {"cell_type": "code", "metadata": {}, "source": ["print(decade(err))"],
+         "outputs": [{"output_type": "stream", "text": ["< 1e-06\n"]}]},
+        {"cell_type": "code", "metadata": {}, "source": ["y = x.astype(jnp.float64)  # from float32\n"],
+         "outputs": [{"output_type": "stream", "text": ["float64 error 2.2e-16\n"]}]},
+        {"cell_type": "code", "metadata": {"tags": ["nbval-ignore-output"]}, "source": ["jnp.float32; decade(e)"],
+         "outputs": [{"output_type": "stream", "text": ["3.6e-07\n"]}]},
+    ]}
+    assert float32_roundoff_prints(nb) == ["cell 0: float32 cell prints 0.0e+00", "cell 1: prints decade(...)"]
