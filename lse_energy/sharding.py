@@ -37,7 +37,6 @@ makes a one-axis mesh over all (or the first ``n``) devices:
 
 from __future__ import annotations
 
-import math
 import operator
 
 import jax
