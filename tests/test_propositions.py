@@ -89,3 +89,35 @@ def test_multihop_is_not_structural_expectation_with_self_edges(variant):
         gaps.append(float(np.max(np.abs(got - brute))))
     # With continuous random scores P_ii > 0 and x_i != (PX)_i, so every instance differs.
     assert min(gaps) > 1e-6, min(gaps)
+
+
+def _regularised_trace(q, k, beta, weight, n_steps=8):
+    """E(q) + weight |q|^2 / 2 along q <- attend(q, k, k), evaluated in NumPy from the definition."""
+    def objective(q_):
+        s = beta * q_ @ k.T
+        m = s.max(axis=1, keepdims=True)
+        return float(-np.sum(np.log(np.sum(np.exp(s - m), axis=1)) + m[:, 0]) + 0.5 * weight * np.sum(q_**2))
+
+    values = [objective(q)]
+    for _ in range(n_steps):
+        q = np.asarray(A.attend(jax.numpy.asarray(q), jax.numpy.asarray(k), jax.numpy.asarray(k), beta=beta))
+        values.append(objective(q))
+    return np.array(values)
+
+
+@pytest.mark.parametrize("beta", [0.5, 2.0])
+def test_attention_update_descends_with_the_beta_half_regulariser(beta):
+    """ch05, Experiment 1: q <- attend(q, k, k) never increases E + (beta/2)|q|^2 (CCCP).
+
+    With the weight decay |q|^2 / (2 beta) instead, the same iteration rises on some of
+    the same starts (the condition matters unless beta = 1)."""
+    rng = np.random.default_rng(int(beta * 10))
+    rises_right, rises_wrong = 0, 0
+    for _ in range(N_INSTANCES):
+        q, k = 2.0 * rng.normal(size=(4, 3)), rng.normal(size=(6, 3))
+        right = _regularised_trace(q, k, beta, beta)
+        wrong = _regularised_trace(q, k, beta, 1.0 / beta)
+        rises_right += bool(np.any(np.diff(right) > 1e-10 * np.abs(right[:-1])))
+        rises_wrong += bool(np.any(np.diff(wrong) > 1e-10 * np.abs(wrong[:-1])))
+    assert rises_right == 0
+    assert rises_wrong > 0
