@@ -1283,9 +1283,10 @@ def _pcn_train_batch(params, opt_state, xb, yb, prec, eta, optimizer, infer_step
     clamp = (True,) + (False,) * (L - 2) + (True,)
     xs, _ = _pcn_infer_batch(params, xs0, prec, eta, clamp, infer_steps)
     grads = jax.tree.map(lambda g: g / xb.shape[0], _pcn_grad_params(params, xs, prec))
+    energy = _pcn_energy(params, xs, prec) / xb.shape[0]  # at the equilibrium, before the weight step
     updates, opt_state = optimizer.update(grads, opt_state, params)
     params = jax.tree.map(jnp.add, params, updates)
-    return params, opt_state, _pcn_energy(params, xs, prec) / xb.shape[0], loss
+    return params, opt_state, energy, loss
 
 
 @partial(jax.jit, static_argnames=("optimizer", "num_epochs", "batch_size", "infer_steps"))

@@ -216,6 +216,11 @@ def test_one_sgd_step_is_the_hebbian_rule():
                                np.asarray(p.prior_mean + lr * jnp.mean(eps[0], axis=0)), rtol=1e-10)
     np.testing.assert_allclose(float(out.loss[0, 0]),
                                0.5 * float(jnp.mean(jnp.sum((y - ff[-1]) ** 2, -1))), rtol=1e-12)
+    # The recorded energy is F at the relaxed state under the weights *before* the step
+    # (the equilibrium energy), per example.
+    np.testing.assert_allclose(float(out.energy[0, 0]), float(pc.pcn_energy(p, xs, prec)) / x.shape[0],
+                               rtol=1e-10)
+    assert abs(float(out.energy[0, 0]) - float(pc.pcn_energy(out.params, xs, prec)) / x.shape[0]) > 1e-8
 
 
 def test_training_reduces_loss_and_same_key_same_result():
