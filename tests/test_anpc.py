@@ -1,4 +1,4 @@
-"""Tests for lse_energy.predictive_coding, attention-normalised part (Singh & Buckley 2023, §4.4)."""
+"""Tests for lse_energy.anpc, attention-normalised predictive coding (Singh & Buckley 2023, §4.4)."""
 
 import itertools
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lse_energy import core
-from lse_energy import predictive_coding as pc
+from lse_energy import anpc, pcn
 from lse_energy.testing import assert_gradient, relative_error
 
 SEEDS = [0, 1, 2]
@@ -31,7 +31,7 @@ def _params(seed, n=N, p_edge=0.5, one_parent=False):
         A[2, :] = True  # a neuron with every input (a self-synapse included)
     W = 1.2 * jax.random.normal(k2, (n, n))
     B = 0.3 * jax.random.normal(k3, (n, n))
-    return pc.ANPCParams(weights=W, biases=B, adjacency=jnp.asarray(A))
+    return anpc.Params(weights=W, biases=B, adjacency=jnp.asarray(A))
 
 
 def _problem(seed, batch=3, **kw):
@@ -66,8 +66,8 @@ def _numpy_energies(p, x, k, activation):
 def test_energies_match_numpy_loops(seed, activation):
     p, x, k = _problem(seed)
     F_att, F_std = _numpy_energies(p, x, k, activation)
-    np.testing.assert_allclose(float(pc.anpc_energy(p, x, k, activation=activation)), F_att, rtol=1e-12)
-    np.testing.assert_allclose(float(pc.anpc_standard_energy(p, x, k, activation=activation)), F_std,
+    np.testing.assert_allclose(float(anpc.energy(p, x, k, activation=activation)), F_att, rtol=1e-12)
+    np.testing.assert_allclose(float(anpc.standard_energy(p, x, k, activation=activation)), F_std,
                                rtol=1e-12)
     # LSE >= max, so F_att <= F_std, and F_att >= -sum_i ln |pre(i)| per example.
     assert F_att <= F_std
@@ -78,12 +78,12 @@ def test_energies_match_numpy_loops(seed, activation):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_attention_rows_and_effective_precisions(seed):
     p, x, k = _problem(seed)
-    a = np.asarray(pc.anpc_attention(p, x, k))
+    a = np.asarray(anpc.attention(p, x, k))
     A = np.asarray(p.adjacency)
     has = A.any(axis=1)
     np.testing.assert_allclose(a.sum(-1)[:, has], 1.0, rtol=1e-14)
     assert np.all(a[:, ~has] == 0) and np.all(a[:, ~A] == 0)
-    eff = np.asarray(pc.anpc_effective_precisions(p, x, k))
+    eff = np.asarray(anpc.effective_precisions(p, x, k))
     np.testing.assert_allclose(eff, np.asarray(k)[None, :, None] * a, rtol=1e-14)
     # the neuron with a single input always gives it weight 1
     assert np.all(a[:, 1, 0] == 1.0)
@@ -96,30 +96,30 @@ def test_attention_rows_and_effective_precisions(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_x_matches_autodiff_and_fd(seed, activation):
     p, x, k = _problem(seed)
-    assert_gradient(lambda v: pc.anpc_energy(p, v, k, activation=activation),
-                    lambda v: pc.anpc_grad_x(p, v, k, activation=activation), x, n_coords=None)
-    assert_gradient(lambda v: pc.anpc_standard_energy(p, v, k, activation=activation),
-                    lambda v: pc.anpc_standard_grad_x(p, v, k, activation=activation), x, n_coords=None)
+    assert_gradient(lambda v: anpc.energy(p, v, k, activation=activation),
+                    lambda v: anpc.grad_x(p, v, k, activation=activation), x, n_coords=None)
+    assert_gradient(lambda v: anpc.standard_energy(p, v, k, activation=activation),
+                    lambda v: anpc.standard_grad_x(p, v, k, activation=activation), x, n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_x_with_per_synapse_precisions(seed):
     p, x, _ = _problem(seed)
     K = 0.2 + jax.random.uniform(jax.random.key(300 + seed), (N, N))
-    assert_gradient(lambda v: pc.anpc_energy(p, v, K), lambda v: pc.anpc_grad_x(p, v, K), x, n_coords=None)
+    assert_gradient(lambda v: anpc.energy(p, v, K), lambda v: anpc.grad_x(p, v, K), x, n_coords=None)
 
 
 @pytest.mark.parametrize("normalised", [True, False])
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_params_matches_autodiff_and_fd(seed, normalised):
     p, x, k = _problem(seed)
-    energy = pc.anpc_energy if normalised else pc.anpc_standard_energy
+    energy = anpc.energy if normalised else anpc.standard_energy
 
     def f(wb):
         return energy(p._replace(weights=wb[0], biases=wb[1]), x, k)
 
     def g(wb):
-        out = pc.anpc_grad_params(p._replace(weights=wb[0], biases=wb[1]), x, k, normalised=normalised)
+        out = anpc.grad_params(p._replace(weights=wb[0], biases=wb[1]), x, k, normalised=normalised)
         assert out.adjacency is not None and np.array_equal(out.adjacency, p.adjacency)
         return (out.weights, out.biases)
 
@@ -133,7 +133,7 @@ def test_grad_is_paper_display_with_softmax_over_k_eps2(seed):
     p, x, k = _problem(seed, batch=1)
     x = x[0]
     W, A = np.asarray(p.weights), np.asarray(p.adjacency)
-    e = np.asarray(pc.anpc_errors(p, x))
+    e = np.asarray(anpc.errors(p, x))
     kk = np.asarray(k)
     fp = 1 - np.tanh(np.asarray(x)) ** 2
 
@@ -144,10 +144,10 @@ def test_grad_is_paper_display_with_softmax_over_k_eps2(seed):
             for i in range(N)
         ])
 
-    alpha = np.asarray(pc.anpc_attention(p, x, k))
-    assert relative_error(dynamics(alpha), -np.asarray(jax.grad(pc.anpc_energy, argnums=1)(p, x, k))) < 1e-12
+    alpha = np.asarray(anpc.attention(p, x, k))
+    assert relative_error(dynamics(alpha), -np.asarray(jax.grad(anpc.energy, argnums=1)(p, x, k))) < 1e-12
     printed = np.asarray(core.weights(jnp.asarray(-0.5 * e**2), p.adjacency, allow_empty=True))
-    assert relative_error(dynamics(printed), -np.asarray(pc.anpc_grad_x(p, x, k))) > 1e-3
+    assert relative_error(dynamics(printed), -np.asarray(anpc.grad_x(p, x, k))) > 1e-3
 
 
 # --- reductions and the marginalisation ---------------------------------------------
@@ -157,16 +157,16 @@ def test_grad_is_paper_display_with_softmax_over_k_eps2(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_one_input_per_neuron_is_standard_pc(seed, activation):
     p, x, k = _problem(seed, one_parent=True)
-    Fa = pc.anpc_energy(p, x, k, activation=activation)
-    Fs = pc.anpc_standard_energy(p, x, k, activation=activation)
+    Fa = anpc.energy(p, x, k, activation=activation)
+    Fs = anpc.standard_energy(p, x, k, activation=activation)
     np.testing.assert_allclose(float(Fa), float(Fs), rtol=1e-14)
-    np.testing.assert_allclose(pc.anpc_grad_x(p, x, k, activation=activation),
-                               pc.anpc_standard_grad_x(p, x, k, activation=activation), rtol=1e-14, atol=0)
-    a = np.asarray(pc.anpc_attention(p, x, k, activation=activation))
+    np.testing.assert_allclose(anpc.grad_x(p, x, k, activation=activation),
+                               anpc.standard_grad_x(p, x, k, activation=activation), rtol=1e-14, atol=0)
+    a = np.asarray(anpc.attention(p, x, k, activation=activation))
     np.testing.assert_array_equal(a, np.broadcast_to(np.asarray(p.adjacency, float), a.shape))
     clamp = jnp.arange(N) == 0
-    ra = pc.anpc_infer(p, x, k, clamp=clamp, num_steps=20, step_size=0.05, activation=activation)
-    rs = pc.anpc_infer(p, x, k, clamp=clamp, num_steps=20, step_size=0.05, activation=activation,
+    ra = anpc.infer(p, x, k, clamp=clamp, n_steps=20, step_size=0.05, activation=activation)
+    rs = anpc.infer(p, x, k, clamp=clamp, n_steps=20, step_size=0.05, activation=activation,
                        normalised=False)
     np.testing.assert_allclose(ra.x, rs.x, rtol=1e-13, atol=1e-15)
 
@@ -182,17 +182,17 @@ def test_scalar_chain_equals_hierarchical_pcn(seed):
     W = jnp.zeros((L, L)).at[jnp.arange(1, L), jnp.arange(L - 1)].set(w)
     B = jnp.zeros((L, L)).at[jnp.arange(1, L), jnp.arange(L - 1)].set(b)
     A = jnp.zeros((L, L), bool).at[jnp.arange(1, L), jnp.arange(L - 1)].set(True)
-    p = pc.ANPCParams(W, B, A)
+    p = anpc.Params(W, B, A)
     prec = jnp.asarray([0.0, 1.0, 2.0, 0.5])
-    pcn = pc.PCNParams(weights=tuple(w[l].reshape(1, 1) for l in range(L - 1)),
+    chain = pcn.Params(weights=tuple(w[l].reshape(1, 1) for l in range(L - 1)),
                        biases=tuple(b[l].reshape(1) for l in range(L - 1)), prior_mean=jnp.zeros(1))
     x = jax.random.normal(jax.random.fold_in(key, 2), (5, L))
     xs = tuple(x[:, l:l + 1] for l in range(L))
     k = prec.at[0].set(1.0)  # neuron 0 has no input: its precision is unused
-    np.testing.assert_allclose(float(pc.anpc_energy(p, x, k)), float(pc.pcn_energy(pcn, xs, prec)),
+    np.testing.assert_allclose(float(anpc.energy(p, x, k)), float(pcn.energy(chain, xs, prec)),
                                rtol=1e-13)
-    g_pcn = jnp.concatenate(pc.pcn_grad_x(pcn, xs, prec), axis=-1)
-    np.testing.assert_allclose(pc.anpc_grad_x(p, x, k), g_pcn, rtol=1e-12, atol=1e-14)
+    g_pcn = jnp.concatenate(pcn.grad_x(chain, xs, prec), axis=-1)
+    np.testing.assert_allclose(anpc.grad_x(p, x, k), g_pcn, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.parametrize("activation", ACTIVATIONS)
@@ -206,7 +206,7 @@ def test_brute_force_marginalisation_over_synapse_choices(seed, activation):
     A = np.array(p.adjacency)
     A[3, :2] = True  # neuron 3 has at least two inputs, so there are >= 1 * 4 * 2 choices
     p = p._replace(adjacency=jnp.asarray(A))
-    sim = np.asarray(pc.anpc_sim(p, x, k, activation=activation))
+    sim = np.asarray(anpc.sim(p, x, k, activation=activation))
     kids = [i for i in range(n) if A[i].any()]
     pres = [np.flatnonzero(A[i]) for i in kids]
     log_terms, choices = [], []
@@ -214,7 +214,7 @@ def test_brute_force_marginalisation_over_synapse_choices(seed, activation):
         # F_std of the network in which neuron kids[m] keeps only synapse c[m]
         A_c = np.zeros_like(A)
         A_c[kids, list(c)] = True
-        F_c = float(pc.anpc_standard_energy(p._replace(adjacency=jnp.asarray(A_c)), x, k,
+        F_c = float(anpc.standard_energy(p._replace(adjacency=jnp.asarray(A_c)), x, k,
                                             activation=activation))
         np.testing.assert_allclose(F_c, -sum(sim[i, j] for i, j in zip(kids, c)), rtol=1e-13)
         log_terms.append(-F_c - np.sum(np.log([len(q) for q in pres])))
@@ -222,10 +222,10 @@ def test_brute_force_marginalisation_over_synapse_choices(seed, activation):
     log_terms = np.array(log_terms)
     assert len(log_terms) == np.prod([len(q) for q in pres]) >= 8
     log_marginal = np.logaddexp.reduce(log_terms)
-    F_att = float(pc.anpc_energy(p, x, k, activation=activation))
+    F_att = float(anpc.energy(p, x, k, activation=activation))
     np.testing.assert_allclose(log_marginal, -F_att - np.sum(np.log([len(q) for q in pres])), rtol=1e-12)
     post = np.exp(log_terms - log_marginal)
-    alpha = np.asarray(pc.anpc_attention(p, x, k, activation=activation))
+    alpha = np.asarray(anpc.attention(p, x, k, activation=activation))
     for m, i in enumerate(kids):
         for j in pres[m]:
             marg = sum(pw for pw, c in zip(post, choices) if c[m] == j)
@@ -236,9 +236,9 @@ def test_brute_force_marginalisation_over_synapse_choices(seed, activation):
 def test_gradient_is_standard_pc_with_effective_precisions(seed):
     p, x, k = _problem(seed)
     for activation in ACTIVATIONS:
-        eff = pc.anpc_effective_precisions(p, x[0], k, activation=activation)
-        g_std = pc.anpc_standard_grad_x(p, x[0], eff, activation=activation)
-        g_att = pc.anpc_grad_x(p, x[0], k, activation=activation)
+        eff = anpc.effective_precisions(p, x[0], k, activation=activation)
+        g_std = anpc.standard_grad_x(p, x[0], eff, activation=activation)
+        g_att = anpc.grad_x(p, x[0], k, activation=activation)
         assert relative_error(g_std, g_att) < 1e-13
 
 
@@ -250,15 +250,15 @@ def test_energy_non_increasing_below_the_bound_linear(seed):
     p, x, k = _problem(seed)
     clamp = jnp.asarray([True, False, False, True, False, False])
     for normalised in (True, False):
-        L = float(pc.anpc_lipschitz(p, k, clamp=clamp, activation="linear", normalised=normalised))
-        res = pc.anpc_infer(p, x, k, clamp=clamp, num_steps=300, step_size=1.99 / L,
+        L = float(anpc.lipschitz(p, k, clamp=clamp, activation="linear", normalised=normalised))
+        res = anpc.infer(p, x, k, clamp=clamp, n_steps=300, step_size=1.99 / L,
                             activation="linear", normalised=normalised)
         E = np.asarray(res.energy)
         assert np.all(np.diff(E) <= 1e-12 * np.abs(E).max()), normalised
         assert E[-1] < E[0]
         np.testing.assert_array_equal(res.x[:, np.asarray(clamp)], x[:, np.asarray(clamp)])
-    L_att = pc.anpc_lipschitz(p, k, clamp=clamp, activation="linear")
-    L_std = pc.anpc_lipschitz(p, k, clamp=clamp, activation="linear", normalised=False)
+    L_att = anpc.lipschitz(p, k, clamp=clamp, activation="linear")
+    L_std = anpc.lipschitz(p, k, clamp=clamp, activation="linear", normalised=False)
     assert L_att <= L_std
 
 
@@ -267,8 +267,8 @@ def test_energy_non_increasing_below_the_bound_tanh(seed):
     p, x, k = _problem(seed)
     clamp = jnp.asarray([True, False, False, True, False, False])
     R = 10.0
-    L = float(pc.anpc_lipschitz(p, k, clamp=clamp, activation="tanh", radius=R))
-    res = pc.anpc_infer(p, x, k, clamp=clamp, num_steps=300, step_size=1.99 / L)
+    L = float(anpc.lipschitz(p, k, clamp=clamp, activation="tanh", radius=R))
+    res = anpc.infer(p, x, k, clamp=clamp, n_steps=300, step_size=1.99 / L)
     E = np.asarray(res.energy)
     assert float(res.max_abs.max()) <= R  # the box in which the bound holds was never left
     assert np.all(np.diff(E) <= 1e-12 * np.abs(E).max()) and E[-1] < E[0]
@@ -281,11 +281,11 @@ def test_bound_is_an_upper_curvature_bound():
         clamp = jnp.asarray([True, False, False, True, False, False])
         free = ~np.asarray(clamp)
         for activation in ACTIVATIONS:
-            L = float(pc.anpc_lipschitz(p, k, clamp=clamp, activation=activation, radius=4.0))
+            L = float(anpc.lipschitz(p, k, clamp=clamp, activation=activation, radius=4.0))
             for t in range(5):
                 v = 1.3 * jax.random.normal(jax.random.key(10 * seed + t), (N,))
                 v = jnp.clip(v, -4.0, 4.0)
-                H = np.asarray(jax.hessian(lambda z: pc.anpc_energy(p, z, k, activation=activation))(v))
+                H = np.asarray(jax.hessian(lambda z: anpc.energy(p, z, k, activation=activation))(v))
                 assert np.linalg.eigvalsh(H[np.ix_(free, free)]).max() <= L
 
 
@@ -294,14 +294,14 @@ def test_step_above_the_bound_can_increase_the_energy():
     eta = 2/k overshoots to the mirror point and eta > 2/k increases F."""
     W = jnp.zeros((2, 2)).at[1, 0].set(1.0)
     A = jnp.zeros((2, 2), bool).at[1, 0].set(True)
-    p = pc.ANPCParams(W, jnp.zeros((2, 2)), A)
+    p = anpc.Params(W, jnp.zeros((2, 2)), A)
     clamp = jnp.asarray([True, False])
     k = jnp.asarray([1.0, 2.0])
-    L = float(pc.anpc_lipschitz(p, k, clamp=clamp, activation="linear"))
+    L = float(anpc.lipschitz(p, k, clamp=clamp, activation="linear"))
     assert L == 4.0
     x0 = jnp.asarray([0.5, 2.0])
-    ok = pc.anpc_infer(p, x0, k, clamp=clamp, num_steps=5, step_size=2 / L, activation="linear")
-    bad = pc.anpc_infer(p, x0, k, clamp=clamp, num_steps=5, step_size=1.1 * 2 / k[1], activation="linear")
+    ok = anpc.infer(p, x0, k, clamp=clamp, n_steps=5, step_size=2 / L, activation="linear")
+    bad = anpc.infer(p, x0, k, clamp=clamp, n_steps=5, step_size=1.1 * 2 / k[1], activation="linear")
     assert np.all(np.diff(np.asarray(ok.energy)) <= 0)
     assert np.all(np.diff(np.asarray(bad.energy)) > 0)
 
@@ -312,15 +312,15 @@ def test_outlier_equilibria_standard_mean_vs_attention():
     K = 8
     u = jnp.concatenate([0.5 * jax.random.normal(jax.random.key(0), (K - 1,)), jnp.asarray([20.0])])
     A = jnp.zeros((K + 1, K + 1), bool).at[0, 1:].set(True)
-    p = pc.ANPCParams(jnp.ones((K + 1, K + 1)), jnp.zeros((K + 1, K + 1)), A)
+    p = anpc.Params(jnp.ones((K + 1, K + 1)), jnp.zeros((K + 1, K + 1)), A)
     clamp = jnp.arange(K + 1) > 0
     x0 = jnp.concatenate([jnp.mean(u)[None], u])
-    L = float(pc.anpc_lipschitz(p, clamp=clamp, activation="linear"))
-    att = pc.anpc_infer(p, x0, clamp=clamp, num_steps=300, step_size=1 / L, activation="linear")
-    std = pc.anpc_infer(p, x0 * 0 + jnp.concatenate([jnp.zeros(1), u]), clamp=clamp, num_steps=300,
+    L = float(anpc.lipschitz(p, clamp=clamp, activation="linear"))
+    att = anpc.infer(p, x0, clamp=clamp, n_steps=300, step_size=1 / L, activation="linear")
+    std = anpc.infer(p, x0 * 0 + jnp.concatenate([jnp.zeros(1), u]), clamp=clamp, n_steps=300,
                         step_size=1 / K, activation="linear", normalised=False)
     np.testing.assert_allclose(float(std.x[0]), float(jnp.mean(u)), rtol=1e-12)
-    a = pc.anpc_attention(p, att.x, activation="linear")[0]
+    a = anpc.attention(p, att.x, activation="linear")[0]
     assert float(a[-1]) < 1e-30
     clean_mean = float(jnp.mean(u[:-1]))
     assert abs(float(att.x[0]) - clean_mean) < 0.5 < abs(float(std.x[0]) - clean_mean)
@@ -331,11 +331,11 @@ def test_outlier_equilibria_standard_mean_vs_attention():
 def test_same_inputs_same_result_and_batch_independence():
     p, x, k = _problem(0, batch=4)
     clamp = jnp.asarray([True, False, False, False, False, True])
-    r1 = pc.anpc_infer(p, x, k, clamp=clamp, num_steps=50, step_size=0.02)
-    r2 = pc.anpc_infer(p, x, k, clamp=clamp, num_steps=50, step_size=0.02)
+    r1 = anpc.infer(p, x, k, clamp=clamp, n_steps=50, step_size=0.02)
+    r2 = anpc.infer(p, x, k, clamp=clamp, n_steps=50, step_size=0.02)
     np.testing.assert_array_equal(r1.x, r2.x)
     np.testing.assert_array_equal(r1.energy, r2.energy)
-    one = pc.anpc_infer(p, x[2], k, clamp=clamp, num_steps=50, step_size=0.02)
+    one = anpc.infer(p, x[2], k, clamp=clamp, n_steps=50, step_size=0.02)
     np.testing.assert_allclose(one.x, r1.x[2], rtol=1e-13, atol=1e-15)
     # and a keyed random problem is reproducible
     pa, pb = _params(5), _params(5)
@@ -350,44 +350,44 @@ def test_validation_errors():
     p, x, k = _problem(0)
     clamp = jnp.zeros(N, bool)
     with pytest.raises(ValueError, match="params"):
-        pc.anpc_energy((p.weights, p.biases, p.adjacency), x)
+        anpc.energy((p.weights, p.biases, p.adjacency), x)
     with pytest.raises(ValueError, match="params.weights"):
-        pc.anpc_energy(p._replace(weights=p.weights[:, :3]), x)
+        anpc.energy(p._replace(weights=p.weights[:, :3]), x)
     with pytest.raises(ValueError, match="params.adjacency"):
-        pc.anpc_energy(p._replace(adjacency=p.adjacency.astype(float)), x)
+        anpc.energy(p._replace(adjacency=p.adjacency.astype(float)), x)
     with pytest.raises(ValueError, match="params.biases"):
-        pc.anpc_energy(p._replace(biases=p.biases.at[0, 0].set(jnp.nan)), x)
+        anpc.energy(p._replace(biases=p.biases.at[0, 0].set(jnp.nan)), x)
     with pytest.raises(ValueError, match="x must have shape"):
-        pc.anpc_energy(p, x[:, :3])
+        anpc.energy(p, x[:, :3])
     with pytest.raises(ValueError, match="x must be finite"):
-        pc.anpc_grad_x(p, x.at[0, 0].set(jnp.inf))
+        anpc.grad_x(p, x.at[0, 0].set(jnp.inf))
     with pytest.raises(ValueError, match="x must be floating"):
-        pc.anpc_energy(p, jnp.ones((2, N), jnp.int32))
+        anpc.energy(p, jnp.ones((2, N), jnp.int32))
     with pytest.raises(ValueError, match="precisions"):
-        pc.anpc_energy(p, x, k[:3])
+        anpc.energy(p, x, k[:3])
     with pytest.raises(ValueError, match="precisions"):
-        pc.anpc_energy(p, x, -k)
+        anpc.energy(p, x, -k)
     with pytest.raises(ValueError, match="activation"):
-        pc.anpc_energy(p, x, activation="relu")
+        anpc.energy(p, x, activation="relu")
     with pytest.raises(ValueError, match="clamp"):
-        pc.anpc_infer(p, x, clamp=jnp.zeros(N), num_steps=3, step_size=0.1)
+        anpc.infer(p, x, clamp=jnp.zeros(N), n_steps=3, step_size=0.1)
     with pytest.raises(ValueError, match="clamp"):
-        pc.anpc_infer(p, x, clamp=jnp.zeros(N - 1, bool), num_steps=3, step_size=0.1)
-    with pytest.raises(ValueError, match="num_steps"):
-        pc.anpc_infer(p, x, clamp=clamp, num_steps=0, step_size=0.1)
+        anpc.infer(p, x, clamp=jnp.zeros(N - 1, bool), n_steps=3, step_size=0.1)
+    with pytest.raises(ValueError, match="n_steps"):
+        anpc.infer(p, x, clamp=clamp, n_steps=0, step_size=0.1)
     with pytest.raises(ValueError, match="step_size"):
-        pc.anpc_infer(p, x, clamp=clamp, num_steps=3, step_size=-0.1)
+        anpc.infer(p, x, clamp=clamp, n_steps=3, step_size=-0.1)
     with pytest.raises(ValueError, match="normalised"):
-        pc.anpc_infer(p, x, clamp=clamp, num_steps=3, step_size=0.1, normalised="yes")
+        anpc.infer(p, x, clamp=clamp, n_steps=3, step_size=0.1, normalised="yes")
     with pytest.raises(ValueError, match="radius"):
-        pc.anpc_lipschitz(p, clamp=clamp, activation="tanh")
+        anpc.lipschitz(p, clamp=clamp, activation="tanh")
     with pytest.raises(ValueError, match="radius"):
-        pc.anpc_lipschitz(p, clamp=clamp, activation="tanh", radius=0.0)
+        anpc.lipschitz(p, clamp=clamp, activation="tanh", radius=0.0)
 
 
 def test_names_exported():
-    for name in ["ANPCParams", "anpc_energy", "anpc_standard_energy", "anpc_grad_x",
-                 "anpc_standard_grad_x", "anpc_grad_params", "anpc_attention",
-                 "anpc_effective_precisions", "anpc_lipschitz", "anpc_infer", "ANPCInference",
-                 "anpc_errors", "anpc_sim", "anpc_predictions"]:
-        assert name in pc.__all__ and hasattr(pc, name)
+    for name in ["Params", "energy", "standard_energy", "grad_x",
+                 "standard_grad_x", "grad_params", "attention",
+                 "effective_precisions", "lipschitz", "infer", "Inference",
+                 "errors", "sim", "predictions"]:
+        assert name in anpc.__all__ and hasattr(anpc, name)

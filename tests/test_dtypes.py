@@ -35,7 +35,8 @@ if str(HERE) not in sys.path:
 import test_validation as V  # noqa: E402  (valid-argument factories)
 
 from lse_energy import attention, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention, structural  # noqa: E402
-from lse_energy import predictive_coding as pc  # noqa: E402
+from lse_energy import anpc, pcn  # noqa: E402
+from lse_energy import mixture_pc as mpc  # noqa: E402
 
 DTYPES = ("float32", "float64")
 
@@ -71,11 +72,11 @@ DRIVERS = {
     "slot_attention.fit": (slot_attention.fit, _slot_fit),
     "rbm.fit": (rbm.fit, _rbm_fit),
     "rbm.gibbs": (rbm.gibbs, V.rbm_gibbs),
-    "predictive_coding.mixture_infer": (pc.mixture_infer, V.pc_infer),
-    "predictive_coding.mixture_fit": (pc.mixture_fit, V.pc_fit),
-    "predictive_coding.pcn_infer": (pc.pcn_infer, V.pcn_infer_args),
-    "predictive_coding.pcn_train": (pc.pcn_train, V.pcn_train_args),
-    "predictive_coding.anpc_infer": (pc.anpc_infer, V.anpc_infer_args),
+    "mixture_pc.infer": (mpc.infer, V.pc_infer),
+    "mixture_pc.fit": (mpc.fit, V.pc_fit),
+    "pcn.infer": (pcn.infer, V.pcn_infer_args),
+    "pcn.fit": (pcn.fit, V.pcn_train_args),
+    "anpc.infer": (anpc.infer, V.anpc_infer_args),
     "diffusion.fit_mlp": (diffusion.fit_mlp, _diffusion_fit),
     "structural.expanding_attention": (structural.expanding_attention, _expanding),
 }
@@ -107,7 +108,7 @@ def test_registry_names_every_fit():
     import lse_energy
 
     missing = []
-    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, pc, diffusion, structural):
+    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, structural):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue

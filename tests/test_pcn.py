@@ -1,4 +1,4 @@
-"""Tests for lse_energy.predictive_coding, hierarchical part (lecture notes §29)."""
+"""Tests for lse_energy.pcn, hierarchical predictive coding networks (lecture notes §29)."""
 
 import jax
 import jax.numpy as jnp
@@ -7,7 +7,7 @@ import optax
 import pytest
 
 from lse_energy import core
-from lse_energy import predictive_coding as pc
+from lse_energy import pcn
 from lse_energy.testing import assert_gradient, relative_error
 
 SEEDS = [0, 1, 2]
@@ -16,7 +16,7 @@ SIZES = (4, 5, 3, 2)
 
 def _params(seed, sizes=SIZES, scale=1.5):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
-    p = pc.pcn_init(sizes, key=k1, weight_scale=scale)
+    p = pcn.init_params(sizes, key=k1, weight_scale=scale)
     biases = tuple(0.3 * jax.random.normal(jax.random.fold_in(k2, i), b.shape)
                    for i, b in enumerate(p.biases))
     return p._replace(biases=biases, prior_mean=0.5 * jax.random.normal(k3, (sizes[0],)))
@@ -45,16 +45,16 @@ def _numpy_energy(p, xs, prec):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_energy_matches_numpy_and_single_parent_lse(seed):
     p, xs, prec = _problem(seed)
-    F = float(pc.pcn_energy(p, xs, prec))
+    F = float(pcn.energy(p, xs, prec))
     np.testing.assert_allclose(F, _numpy_energy(p, xs, np.asarray(prec)), rtol=1e-12)
     assert F >= 0.0
     # K = 1: the log-sum-exp energy of the (..., L, 1) similarity is minus the summed similarity.
-    sim = pc.pcn_sim(p, xs, prec)
+    sim = pcn.sim(p, xs, prec)
     assert sim.shape == (3, len(SIZES))
     np.testing.assert_allclose(float(core.energy(sim[..., None])), -float(jnp.sum(sim)), rtol=1e-14)
     assert np.all(np.asarray(core.weights(sim[..., None])) == 1.0)
     # F = sum_l ||eps^l||^2 / (2 pi_l) with eps^l = pi_l (x^l - mu^l).
-    eps = pc.pcn_errors(p, xs, prec)
+    eps = pcn.errors(p, xs, prec)
     alt = sum(0.5 * float(jnp.sum(e**2)) / float(pi) for e, pi in zip(eps, prec))
     np.testing.assert_allclose(F, alt, rtol=1e-12)
 
@@ -63,8 +63,8 @@ def test_default_precisions_and_unbatched():
     p, xs, _ = _problem(0)
     one = tuple(x[0] for x in xs)
     prec = jnp.asarray([0.0, 1.0, 1.0, 1.0])
-    np.testing.assert_allclose(float(pc.pcn_energy(p, one)), float(pc.pcn_energy(p, one, prec)), rtol=0)
-    np.testing.assert_allclose(float(pc.pcn_energy(p, one)), _numpy_energy(p, one, np.asarray(prec)),
+    np.testing.assert_allclose(float(pcn.energy(p, one)), float(pcn.energy(p, one, prec)), rtol=0)
+    np.testing.assert_allclose(float(pcn.energy(p, one)), _numpy_energy(p, one, np.asarray(prec)),
                                rtol=1e-12)
 
 
@@ -74,22 +74,22 @@ def test_default_precisions_and_unbatched():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_x(seed):
     p, xs, prec = _problem(seed)
-    assert_gradient(lambda v: pc.pcn_energy(p, v, prec), lambda v: pc.pcn_grad_x(p, v, prec), xs,
+    assert_gradient(lambda v: pcn.energy(p, v, prec), lambda v: pcn.grad_x(p, v, prec), xs,
                     n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_params(seed):
     p, xs, prec = _problem(seed)
-    assert_gradient(lambda q: pc.pcn_energy(q, xs, prec), lambda q: pc.pcn_grad_params(q, xs, prec), p,
+    assert_gradient(lambda q: pcn.energy(q, xs, prec), lambda q: pcn.grad_params(q, xs, prec), p,
                     n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_hebbian_form_of_weight_gradient(seed):
     p, xs, prec = _problem(seed)
-    eps = pc.pcn_errors(p, xs, prec)
-    g = pc.pcn_grad_params(p, xs, prec)
+    eps = pcn.errors(p, xs, prec)
+    g = pcn.grad_params(p, xs, prec)
     for l, gW in enumerate(g.weights):
         outer = sum(np.outer(np.asarray(eps[l + 1][n]), np.tanh(np.asarray(xs[l][n]))) for n in range(3))
         np.testing.assert_allclose(np.asarray(-gW), outer, rtol=1e-12)
@@ -98,10 +98,10 @@ def test_hebbian_form_of_weight_gradient(seed):
 def test_seed_untransposed_feedback_is_wrong():
     # Square layers so that the notes' untransposed feedback term has the right shape.
     p, xs, prec = _problem(0, sizes=(3, 3, 3))
-    eps = pc.pcn_errors(p, xs, prec)
+    eps = pcn.errors(p, xs, prec)
     seed_g1 = eps[1] - (1 - jnp.tanh(xs[1]) ** 2) * (eps[2] @ p.weights[1].T)  # W instead of W^T
-    true_g1 = jax.grad(pc.pcn_energy, argnums=1)(p, xs, prec)[1]
-    assert relative_error(pc.pcn_grad_x(p, xs, prec)[1], true_g1) < 1e-12
+    true_g1 = jax.grad(pcn.energy, argnums=1)(p, xs, prec)[1]
+    assert relative_error(pcn.grad_x(p, xs, prec)[1], true_g1) < 1e-12
     assert relative_error(seed_g1, true_g1) > 1e-2
 
 
@@ -119,11 +119,11 @@ CLAMPS = {
 @pytest.mark.parametrize("seed", SEEDS)
 def test_energy_non_increasing_and_clamps_hold(seed, mode):
     p, xs, prec = _problem(seed)
-    res = pc.pcn_infer(p, xs, prec, clamp=CLAMPS[mode], num_steps=200, step_size=0.05)
+    res = pcn.infer(p, xs, prec, clamp=CLAMPS[mode], n_steps=200, step_size=0.05)
     F = np.asarray(res.energy)
     assert F.shape == (201,)
-    np.testing.assert_allclose(F[0], float(pc.pcn_energy(p, xs, prec)), rtol=1e-12)
-    np.testing.assert_allclose(F[-1], float(pc.pcn_energy(p, res.xs, prec)), rtol=1e-12)
+    np.testing.assert_allclose(F[0], float(pcn.energy(p, xs, prec)), rtol=1e-12)
+    np.testing.assert_allclose(F[-1], float(pcn.energy(p, res.xs, prec)), rtol=1e-12)
     assert np.all(np.diff(F) <= 1e-12 * F[0])
     assert F[-1] < F[0]
     for x0, x1, c in zip(xs, res.xs, CLAMPS[mode]):
@@ -136,9 +136,9 @@ def test_energy_non_increasing_and_clamps_hold(seed, mode):
 def test_batched_inference_equals_per_example():
     p, xs, prec = _problem(0)
     clamp = CLAMPS["train"]
-    batch = pc.pcn_infer(p, xs, prec, clamp=clamp, num_steps=30, step_size=0.1)
+    batch = pcn.infer(p, xs, prec, clamp=clamp, n_steps=30, step_size=0.1)
     for n in range(3):
-        one = pc.pcn_infer(p, tuple(x[n] for x in xs), prec, clamp=clamp, num_steps=30, step_size=0.1)
+        one = pcn.infer(p, tuple(x[n] for x in xs), prec, clamp=clamp, n_steps=30, step_size=0.1)
         for a, b in zip(batch.xs, one.xs):
             np.testing.assert_allclose(np.asarray(a[n]), np.asarray(b), rtol=1e-12, atol=1e-14)
 
@@ -146,15 +146,15 @@ def test_batched_inference_equals_per_example():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_free_output_equilibrium_is_feedforward_pass(seed):
     p, xs, prec = _problem(seed)
-    labels, res = pc.pcn_classify(p, xs[0], prec, num_steps=3000, step_size=0.2)
-    ff = pc.pcn_forward(p, xs[0])
+    labels, res = pcn.classify(p, xs[0], prec, n_steps=3000, step_size=0.2)
+    ff = pcn.forward(p, xs[0])
     for a, b in zip(res.xs, ff):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=0, atol=1e-10)
-    for e in pc.pcn_errors(p, res.xs, prec)[1:]:
+    for e in pcn.errors(p, res.xs, prec)[1:]:
         assert float(jnp.max(jnp.abs(e))) < 1e-10
     assert np.array_equal(np.asarray(labels), np.argmax(np.asarray(ff[-1]), axis=-1))
     # ... and the feed-forward pass is a fixed point: zero gradient in the free layers.
-    g = pc.pcn_grad_x(p, ff, prec)
+    g = pcn.grad_x(p, ff, prec)
     assert max(float(jnp.max(jnp.abs(gl))) for gl in g[1:]) < 1e-14
 
 
@@ -162,14 +162,14 @@ def _pc_vs_bp(seed, gamma, sizes=(6, 8, 5, 3)):
     p = _params(seed, sizes)
     x = jax.random.normal(jax.random.key(50 + seed), (sizes[0],))
     y = jnp.zeros(sizes[-1]).at[seed % sizes[-1]].set(1.0)
-    bp = jax.grad(lambda q: 0.5 * jnp.sum((y - pc.pcn_forward(q, x)[-1]) ** 2))(p)
+    bp = jax.grad(lambda q: 0.5 * jnp.sum((y - pcn.forward(q, x)[-1]) ** 2))(p)
     prec = jnp.asarray([0.0, 1.0, 1.0, gamma])
-    ff = pc.pcn_forward(p, x)
-    res = pc.pcn_infer(p, ff[:-1] + (y,), prec, clamp=(True, False, False, True), num_steps=3000,
+    ff = pcn.forward(p, x)
+    res = pcn.infer(p, ff[:-1] + (y,), prec, clamp=(True, False, False, True), n_steps=3000,
                        step_size=0.1)
-    grad_x = pc.pcn_grad_x(p, res.xs, prec)
+    grad_x = pcn.grad_x(p, res.xs, prec)
     assert max(float(jnp.max(jnp.abs(g))) for g in grad_x[1:-1]) < 1e-12  # at equilibrium
-    dW = [-g / gamma for g in pc.pcn_grad_params(p, res.xs, prec).weights]  # PC update per unit gamma
+    dW = [-g / gamma for g in pcn.grad_params(p, res.xs, prec).weights]  # PC update per unit gamma
     target = [-g for g in bp.weights]  # -dL/dW of the feed-forward net
     cos = [float(jnp.vdot(a, b) / (jnp.linalg.norm(a) * jnp.linalg.norm(b))) for a, b in zip(dW, target)]
     rel = [float(jnp.linalg.norm(a - b) / jnp.linalg.norm(b)) for a, b in zip(dW, target)]
@@ -203,12 +203,12 @@ def test_one_sgd_step_is_the_hebbian_rule():
     p, _, prec = _problem(0)
     x, y = _toy_data(0)
     lr, steps, eta = 0.05, 7, 0.1
-    out = pc.pcn_train(p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(lr), num_epochs=1,
+    out = pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(lr), n_epochs=1,
                        batch_size=x.shape[0], infer_steps=steps, step_size=eta)
     # Same thing by hand (a full batch is a permutation of the data; sums do not care up to round-off).
-    ff = pc.pcn_forward(p, x)
-    xs = pc.pcn_infer(p, ff[:-1] + (y,), prec, clamp=CLAMPS["train"], num_steps=steps, step_size=eta).xs
-    eps = pc.pcn_errors(p, xs, prec)
+    ff = pcn.forward(p, x)
+    xs = pcn.infer(p, ff[:-1] + (y,), prec, clamp=CLAMPS["train"], n_steps=steps, step_size=eta).xs
+    eps = pcn.errors(p, xs, prec)
     for l, W in enumerate(out.params.weights):
         expected = p.weights[l] + lr * (eps[l + 1].T @ jnp.tanh(xs[l])) / x.shape[0]
         np.testing.assert_allclose(np.asarray(W), np.asarray(expected), rtol=1e-10, atol=1e-13)
@@ -218,18 +218,18 @@ def test_one_sgd_step_is_the_hebbian_rule():
                                0.5 * float(jnp.mean(jnp.sum((y - ff[-1]) ** 2, -1))), rtol=1e-12)
     # The recorded energy is F at the relaxed state under the weights *before* the step
     # (the equilibrium energy), per example.
-    np.testing.assert_allclose(float(out.energy[0, 0]), float(pc.pcn_energy(p, xs, prec)) / x.shape[0],
+    np.testing.assert_allclose(float(out.energy[0, 0]), float(pcn.energy(p, xs, prec)) / x.shape[0],
                                rtol=1e-10)
-    assert abs(float(out.energy[0, 0]) - float(pc.pcn_energy(out.params, xs, prec)) / x.shape[0]) > 1e-8
+    assert abs(float(out.energy[0, 0]) - float(pcn.energy(out.params, xs, prec)) / x.shape[0]) > 1e-8
 
 
 def test_training_reduces_loss_and_same_key_same_result():
     p, _, prec = _problem(1)
     x, y = _toy_data(1)
-    kw = dict(optimizer=optax.adam(1e-2), num_epochs=40, batch_size=8, infer_steps=10)
-    a = pc.pcn_train(p, x, y, prec, key=jax.random.key(3), **kw)
-    b = pc.pcn_train(p, x, y, prec, key=jax.random.key(3), **kw)
-    c = pc.pcn_train(p, x, y, prec, key=jax.random.key(4), **kw)
+    kw = dict(optimizer=optax.adam(1e-2), n_epochs=40, batch_size=8, infer_steps=10)
+    a = pcn.fit(p, x, y, prec, key=jax.random.key(3), **kw)
+    b = pcn.fit(p, x, y, prec, key=jax.random.key(3), **kw)
+    c = pcn.fit(p, x, y, prec, key=jax.random.key(4), **kw)
     for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
         assert np.array_equal(np.asarray(u), np.asarray(v))
     assert not np.array_equal(np.asarray(a.params.weights[0]), np.asarray(c.params.weights[0]))
@@ -241,12 +241,12 @@ def test_training_reduces_loss_and_same_key_same_result():
 def test_generation_clamps_top_and_descends(seed):
     p, _, prec = _problem(seed)
     y = jnp.eye(SIZES[-1])
-    res = pc.pcn_generate(p, y, prec, num_steps=300, step_size=0.05)
+    res = pcn.generate(p, y, prec, n_steps=300, step_size=0.05)
     assert np.array_equal(np.asarray(res.xs[-1]), np.asarray(y))
     assert np.all(np.diff(np.asarray(res.energy)) <= 1e-12 * float(res.energy[0]))
     # With a root prior (pi_1 > 0), a long run reaches a stationary point of F in the free layers.
-    long = pc.pcn_generate(p, y, prec, num_steps=20000, step_size=0.05)
-    g = pc.pcn_grad_x(p, long.xs, prec)
+    long = pcn.generate(p, y, prec, n_steps=20000, step_size=0.05)
+    g = pcn.grad_x(p, long.xs, prec)
     assert max(float(jnp.max(jnp.abs(gl))) for gl in g[:-1]) < 1e-8
 
 
@@ -257,42 +257,42 @@ def test_validation_errors():
     p, xs, prec = _problem(0)
     x, y = _toy_data(0)
     with pytest.raises(ValueError, match="sizes"):
-        pc.pcn_init((4,), key=jax.random.key(0))
+        pcn.init_params((4,), key=jax.random.key(0))
     with pytest.raises(ValueError, match="sizes"):
-        pc.pcn_init((4, 0, 2), key=jax.random.key(0))
+        pcn.init_params((4, 0, 2), key=jax.random.key(0))
     with pytest.raises(ValueError, match="weight_scale"):
-        pc.pcn_init((4, 2), key=jax.random.key(0), weight_scale=-1.0)
-    with pytest.raises(ValueError, match="params must be PCNParams"):
-        pc.pcn_energy(tuple(p), xs, prec)
+        pcn.init_params((4, 2), key=jax.random.key(0), weight_scale=-1.0)
+    with pytest.raises(ValueError, match=r"params must be pcn\.Params"):
+        pcn.energy(tuple(p), xs, prec)
     bad = p._replace(weights=(p.weights[0].T,) + p.weights[1:])
     with pytest.raises(ValueError, match=r"params.weights\[0\]"):
-        pc.pcn_energy(bad, xs, prec)
+        pcn.energy(bad, xs, prec)
     with pytest.raises(ValueError, match="params.prior_mean"):
-        pc.pcn_energy(p._replace(prior_mean=jnp.full(4, jnp.nan)), xs, prec)
+        pcn.energy(p._replace(prior_mean=jnp.full(4, jnp.nan)), xs, prec)
     with pytest.raises(ValueError, match="xs must be a tuple of L = 4"):
-        pc.pcn_energy(p, xs[:3], prec)
+        pcn.energy(p, xs[:3], prec)
     with pytest.raises(ValueError, match=r"xs\[1\]"):
-        pc.pcn_energy(p, (xs[0], xs[1][:, :2], xs[2], xs[3]), prec)
+        pcn.energy(p, (xs[0], xs[1][:, :2], xs[2], xs[3]), prec)
     with pytest.raises(ValueError, match="precisions"):
-        pc.pcn_energy(p, xs, jnp.asarray([0.0, 1.0, 0.0, 1.0]))
+        pcn.energy(p, xs, jnp.asarray([0.0, 1.0, 0.0, 1.0]))
     with pytest.raises(ValueError, match="precisions"):
-        pc.pcn_energy(p, xs, jnp.ones(3))
+        pcn.energy(p, xs, jnp.ones(3))
     with pytest.raises(ValueError, match="clamp"):
-        pc.pcn_infer(p, xs, prec, clamp=(True, False), num_steps=3)
-    with pytest.raises(ValueError, match="num_steps"):
-        pc.pcn_infer(p, xs, prec, clamp=CLAMPS["train"], num_steps=0)
+        pcn.infer(p, xs, prec, clamp=(True, False), n_steps=3)
+    with pytest.raises(ValueError, match="n_steps"):
+        pcn.infer(p, xs, prec, clamp=CLAMPS["train"], n_steps=0)
     with pytest.raises(ValueError, match="step_size"):
-        pc.pcn_infer(p, xs, prec, clamp=CLAMPS["train"], num_steps=3, step_size=0.0)
+        pcn.infer(p, xs, prec, clamp=CLAMPS["train"], n_steps=3, step_size=0.0)
     with pytest.raises(ValueError, match="same number of rows"):
-        pc.pcn_train(p, x, y[:-1], prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), num_epochs=1,
+        pcn.fit(p, x, y[:-1], prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1,
                      batch_size=4, infer_steps=2)
     with pytest.raises(ValueError, match="batch_size"):
-        pc.pcn_train(p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), num_epochs=1,
+        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1,
                      batch_size=100, infer_steps=2)
     with pytest.raises(ValueError, match="optimizer"):
-        pc.pcn_train(p, x, y, prec, key=jax.random.key(0), optimizer=None, num_epochs=1,
+        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=None, n_epochs=1,
                      batch_size=4, infer_steps=2)
     with pytest.raises(ValueError, match="y must have 2 columns"):
-        pc.pcn_generate(p, jnp.eye(3), prec, num_steps=3)
+        pcn.generate(p, jnp.eye(3), prec, n_steps=3)
     with pytest.raises(ValueError, match="x must have 4 columns"):
-        pc.pcn_classify(p, jnp.ones((2, 3)), prec, num_steps=3)
+        pcn.classify(p, jnp.ones((2, 3)), prec, n_steps=3)

@@ -43,7 +43,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
-from lse_energy import predictive_coding as pc
+from lse_energy import anpc, pcn
+from lse_energy import mixture_pc as mpc
 from lse_energy.testing import relative_error
 
 mp.mp.dps = 50
@@ -387,12 +388,12 @@ def build_pc_mixture(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     m, H = 2, 4
     z = dict(x=jnp.asarray(scale * rng.normal(size=(n, d))), mu=jnp.asarray(rng.normal(size=(k, m))),
-             params=pc.MLPParams(W1=jnp.asarray(rng.normal(size=(H, m))), b1=jnp.asarray(rng.normal(size=H)),
+             params=mpc.Params(W1=jnp.asarray(rng.normal(size=(H, m))), b1=jnp.asarray(rng.normal(size=H)),
                                  W2=jnp.asarray(rng.normal(size=(d, H))), b2=jnp.asarray(rng.normal(size=d))))
 
     def grad(z):
         args = (z["params"], z["x"], z["mu"])
-        return dict(x=pc.mixture_grad_x(*args), mu=pc.mixture_grad_mu(*args), params=pc.mixture_grad_params(*args))
+        return dict(x=mpc.grad_x(*args), mu=mpc.grad_mu(*args), params=mpc.grad_params(*args))
 
     def np_ref(z):
         P = z["params"]
@@ -410,8 +411,8 @@ def build_pc_mixture(seed, n, k, d, scale):
         rows = [[-mp.fsum((mp.mpf(float(x[o])) - f[j][o]) ** 2 for o in range(d)) / 2 for j in range(k)] for x in z["x"]]
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: pc.mixture_energy(z["params"], z["x"], z["mu"]), grad,
-                    lambda z: pc.mixture_sim(z["params"], z["x"], z["mu"]), np_ref, mp_ref)
+    return Instance(z, lambda z: mpc.energy(z["params"], z["x"], z["mu"]), grad,
+                    lambda z: mpc.sim(z["params"], z["x"], z["mu"]), np_ref, mp_ref)
 
 
 def build_pcn(seed, n, k, d, scale):
@@ -419,13 +420,13 @@ def build_pcn(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     sizes = (d, k + 1, 2)
     prec = jnp.asarray([0.5, 1.0, 2.0])
-    z = dict(params=pc.PCNParams(weights=tuple(jnp.asarray(rng.normal(size=(sizes[l + 1], sizes[l]))) for l in range(2)),
+    z = dict(params=pcn.Params(weights=tuple(jnp.asarray(rng.normal(size=(sizes[l + 1], sizes[l]))) for l in range(2)),
                                  biases=tuple(jnp.asarray(rng.normal(size=sizes[l + 1])) for l in range(2)),
                                  prior_mean=jnp.asarray(rng.normal(size=d))),
              xs=tuple(jnp.asarray(scale * rng.normal(size=(n, s))) for s in sizes))
 
     def grad(z):
-        return dict(params=pc.pcn_grad_params(z["params"], z["xs"], prec), xs=pc.pcn_grad_x(z["params"], z["xs"], prec))
+        return dict(params=pcn.grad_params(z["params"], z["xs"], prec), xs=pcn.grad_x(z["params"], z["xs"], prec))
 
     def np_ref(z):
         P, xs, pr = z["params"], z["xs"], np.asarray(prec)
@@ -448,8 +449,8 @@ def build_pcn(seed, n, k, d, scale):
                     total += pr[l + 1] / 2 * (mp.mpf(float(row_out[o])) - mu) ** 2
         return total
 
-    return Instance(z, lambda z: pc.pcn_energy(z["params"], z["xs"], prec), grad,
-                    lambda z: pc.pcn_sim(z["params"], z["xs"], prec).reshape(-1, 1), np_ref, mp_ref)
+    return Instance(z, lambda z: pcn.energy(z["params"], z["xs"], prec), grad,
+                    lambda z: pcn.sim(z["params"], z["xs"], prec).reshape(-1, 1), np_ref, mp_ref)
 
 
 class Model(NamedTuple):
@@ -468,8 +469,8 @@ MODELS = [
     Model("slot_attention", build_slot_attention, 2.0),
     Model("rbm", build_rbm, 1.0),
     Model("diffusion", build_diffusion, 2.0),
-    Model("predictive_coding.mixture", build_pc_mixture, 2.0),
-    Model("predictive_coding.pcn", build_pcn, 2.0),
+    Model("mixture_pc", build_pc_mixture, 2.0),
+    Model("pcn", build_pcn, 2.0),
 ]
 MODEL_PARAMS = [pytest.param(m, id=m.name) for m in MODELS]
 
@@ -633,8 +634,8 @@ def _run_attention_cccp(prior):
 
 def run_pc_infer(seed, k, d):
     rng = np.random.default_rng(seed)
-    params = pc.init_mlp(2, 4, d, key=jax.random.key(seed))
-    out = pc.mixture_infer(params, jnp.asarray(rng.normal(size=(6, d))), jnp.asarray(rng.normal(size=(k, 2))), num_steps=6)
+    params = mpc.init_params(2, 4, d, key=jax.random.key(seed))
+    out = mpc.infer(params, jnp.asarray(rng.normal(size=(6, d))), jnp.asarray(rng.normal(size=(k, 2))), n_steps=6)
     return list(np.asarray(out.energy))
 
 
@@ -646,7 +647,7 @@ RUNS = {
     "slot_attention.cccp_step": run_slot_cccp,
     "attention.cccp_step-hopfield": _run_attention_cccp("hopfield"),
     "attention.cccp_step-slot": _run_attention_cccp("slot"),
-    "predictive_coding.mixture_infer": run_pc_infer,
+    "mixture_pc.infer": run_pc_infer,
 }
 
 
@@ -673,8 +674,8 @@ _TRAJ = jnp.asarray(np.cumsum(np.random.default_rng(8).normal(size=(16, 2)), axi
 _RBM = rbm.RBMParams(W=jnp.asarray(np.random.default_rng(9).normal(size=(3, 2))), b=jnp.zeros(3), c=jnp.zeros(2))
 _BIN = jnp.asarray((np.random.default_rng(10).random((6, 3)) < 0.5).astype(float))
 _DMLP = diffusion.init_mlp(2, key=jax.random.key(1), hidden=(4,), num_freqs=2)
-_PCMLP = pc.init_mlp(2, 3, 2, key=jax.random.key(2))
-_PCN = pc.pcn_init((2, 3, 2), key=jax.random.key(3))
+_PCMLP = mpc.init_params(2, 3, 2, key=jax.random.key(2))
+_PCN = pcn.init_params((2, 3, 2), key=jax.random.key(3))
 _SLDS = slds.init_params(_TRAJ, 2, key=jax.random.key(4))
 _SGD = optax.sgd(1e-2)  # one object: the optimizer is a static (hashed) argument of the jitted drivers
 
@@ -702,11 +703,11 @@ KEYED = {
     "diffusion.ideal_sample": lambda key: diffusion.ideal_sample(_DATA2, _SCH, 3, key=key),
     "diffusion.init_mlp": lambda key: diffusion.init_mlp(2, key=key, hidden=(4,), num_freqs=2),
     "diffusion.fit_mlp": lambda key: diffusion.fit_mlp(_DMLP, _DATA2, _SCH, _SGD, key=key, steps=2, batch_size=4),
-    "predictive_coding.init_mlp": lambda key: pc.init_mlp(2, 3, 2, key=key),
-    "predictive_coding.mixture_sample": lambda key: pc.mixture_sample(_PCMLP, 2, 3, key=key),
-    "predictive_coding.pcn_init": lambda key: pc.pcn_init((2, 3, 2), key=key),
-    "predictive_coding.pcn_train": lambda key: pc.pcn_train(_PCN, _DATA2, _DATA2, key=key, optimizer=_SGD,
-                                                            num_epochs=1, batch_size=4, infer_steps=2),
+    "mixture_pc.init_params": lambda key: mpc.init_params(2, 3, 2, key=key),
+    "mixture_pc.sample": lambda key: mpc.sample(_PCMLP, 2, 3, key=key),
+    "pcn.init_params": lambda key: pcn.init_params((2, 3, 2), key=key),
+    "pcn.fit": lambda key: pcn.fit(_PCN, _DATA2, _DATA2, key=key, optimizer=_SGD,
+                                                            n_epochs=1, batch_size=4, infer_steps=2),
 }
 
 
@@ -719,11 +720,11 @@ def test_keyed_registry_is_complete():
     """Every public function with a keyword-only ``key`` (except the structural module) is in KEYED."""
     import inspect
 
-    from lse_energy import attention as m1, diffusion as m2, gmm as m3, predictive_coding as m4
+    from lse_energy import attention as m1, diffusion as m2, gmm as m3, mixture_pc as m4
     from lse_energy import rbm as m5, slds as m6, slot_attention as m7
 
     found = set()
-    for mod in (m1, m2, m3, m4, m5, m6, m7):
+    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7):
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj) and not isinstance(obj, type):

@@ -38,7 +38,8 @@ import optax
 import pytest
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention
-from lse_energy import predictive_coding as pc
+from lse_energy import anpc, pcn
+from lse_energy import mixture_pc as mpc
 from lse_energy import structural
 
 KINDS = (
@@ -223,18 +224,18 @@ def diffusion_loss():
 
 
 def pc_mixture():
-    return dict(params=pc.init_mlp(2, 5, 3, key=KEY), x=_normal((6, 3)), mu=_normal((2, 2), 1))
+    return dict(params=mpc.init_params(2, 5, 3, key=KEY), x=_normal((6, 3)), mu=_normal((2, 2), 1))
 
 
 def pc_net():
-    params = pc.pcn_init((3, 4, 2), key=KEY)
+    params = pcn.init_params((3, 4, 2), key=KEY)
     xs = (_normal((2, 3)), _normal((2, 4), 1), _normal((2, 2), 2))
     return dict(params=params, xs=xs, precisions=jnp.array([0.0, 1.0, 2.0]))
 
 
 def pc_infer():
     a = pc_mixture()
-    return dict(params=a["params"], x=a["x"], mu0=a["mu"], num_steps=2)
+    return dict(params=a["params"], x=a["x"], mu0=a["mu"], n_steps=2)
 
 
 # ---------------------------------------------------------------------------
@@ -476,27 +477,27 @@ CASES: list[Case] = [
       lambda a: dict(params=tuple(a["params"])), r"params must be an MLPParams", "tuple_params"),
     C(diffusion.denoising_loss, "type", diffusion_loss, lambda a: dict(eps_fn=None), r"eps_fn must be callable", "none"),
     # --- predictive coding --------------------------------------------------
-    C(pc.mixture_energy, "shape", pc_mixture, lambda a: dict(mu=_normal((2, 3))), r"mu must have 2 columns", "mu_width"),
-    C(pc.mixture_energy, "shape", pc_mixture, lambda a: dict(x=_normal((6, 2))), r"x must have 3 columns", "x_width"),
-    C(pc.mixture_energy, "finite", pc_mixture, lambda a: dict(x=_nan_at(a["x"], 7)), r"x must be finite", "nan_x"),
-    C(pc.mixture_energy, "finite", pc_mixture, lambda a: dict(params=a["params"]._replace(W2=_nan_at(a["params"].W2))),
+    C(mpc.energy, "shape", pc_mixture, lambda a: dict(mu=_normal((2, 3))), r"mu must have 2 columns", "mu_width"),
+    C(mpc.energy, "shape", pc_mixture, lambda a: dict(x=_normal((6, 2))), r"x must have 3 columns", "x_width"),
+    C(mpc.energy, "finite", pc_mixture, lambda a: dict(x=_nan_at(a["x"], 7)), r"x must be finite", "nan_x"),
+    C(mpc.energy, "finite", pc_mixture, lambda a: dict(params=a["params"]._replace(W2=_nan_at(a["params"].W2))),
       r"params.W2 must be finite", "nan_W2"),
-    C(pc.mixture_energy, "K", pc_mixture, lambda a: dict(mu=jnp.zeros((0, 2))), r"mu must have shape \(n, m .*\) with n >= 1", "no_causes"),
-    C(pc.mixture_energy, "dtype", pc_mixture, lambda a: dict(x=_ints(a["x"])), r"x must be floating point", "int_x"),
-    C(pc.mixture_grad_mu, "dtype", pc_mixture, lambda a: dict(params=a["params"]._replace(W1=_ints(a["params"].W1))),
+    C(mpc.energy, "K", pc_mixture, lambda a: dict(mu=jnp.zeros((0, 2))), r"mu must have shape \(n, m .*\) with n >= 1", "no_causes"),
+    C(mpc.energy, "dtype", pc_mixture, lambda a: dict(x=_ints(a["x"])), r"x must be floating point", "int_x"),
+    C(mpc.grad_mu, "dtype", pc_mixture, lambda a: dict(params=a["params"]._replace(W1=_ints(a["params"].W1))),
       r"params.W1 must be floating point", "int_W1"),
-    C(pc.mixture_infer, "positive", pc_infer,
+    C(mpc.infer, "positive", pc_infer,
       lambda a: dict(step_size=-0.1), r"step_size must be a finite scalar > 0", "neg_step"),
-    C(pc.pcn_energy, "shape", pc_net, lambda a: dict(xs=a["xs"][:2]), r"xs must be a tuple of L = 3 arrays", "n_layers"),
-    C(pc.pcn_energy, "shape", pc_net, lambda a: dict(xs=(a["xs"][0], _normal((2, 5)), a["xs"][2])), r"xs\[1\] \(layer 2\) must have shape",
+    C(pcn.energy, "shape", pc_net, lambda a: dict(xs=a["xs"][:2]), r"xs must be a tuple of L = 3 arrays", "n_layers"),
+    C(pcn.energy, "shape", pc_net, lambda a: dict(xs=(a["xs"][0], _normal((2, 5)), a["xs"][2])), r"xs\[1\] \(layer 2\) must have shape",
       "layer_width"),
-    C(pc.pcn_energy, "finite", pc_net, lambda a: dict(xs=(a["xs"][0], _nan_at(a["xs"][1]), a["xs"][2])), r"xs\[1\] must be finite", "nan"),
-    C(pc.pcn_energy, "dtype", pc_net, lambda a: dict(xs=(_ints(a["xs"][0]),) + a["xs"][1:]), r"xs\[0\] must be floating point", "int_xs"),
-    C(pc.pcn_energy, "positive", pc_net, lambda a: dict(precisions=jnp.array([0.0, 1.0, 0.0])), r"precisions must be finite", "zero_prec"),
-    C(pc.pcn_init, "K", lambda: dict(sizes=(3, 2), key=KEY), lambda a: dict(sizes=(3,)), r"sizes must be a sequence of L >= 2", "one_layer"),
-    C(pc.mlp, "shape", lambda: dict(params=pc_mixture()["params"], mu=_normal((2, 2))), lambda a: dict(mu=_normal((2, 3))),
+    C(pcn.energy, "finite", pc_net, lambda a: dict(xs=(a["xs"][0], _nan_at(a["xs"][1]), a["xs"][2])), r"xs\[1\] must be finite", "nan"),
+    C(pcn.energy, "dtype", pc_net, lambda a: dict(xs=(_ints(a["xs"][0]),) + a["xs"][1:]), r"xs\[0\] must be floating point", "int_xs"),
+    C(pcn.energy, "positive", pc_net, lambda a: dict(precisions=jnp.array([0.0, 1.0, 0.0])), r"precisions must be finite", "zero_prec"),
+    C(pcn.init_params, "K", lambda: dict(sizes=(3, 2), key=KEY), lambda a: dict(sizes=(3,)), r"sizes must be a sequence of L >= 2", "one_layer"),
+    C(mpc.predict, "shape", lambda: dict(params=pc_mixture()["params"], mu=_normal((2, 2))), lambda a: dict(mu=_normal((2, 3))),
       r"mu must have shape \(\.\.\., m\) with m = params.W1.shape\[1\] = 2", "mu_width"),
-    C(pc.mlp, "finite", lambda: dict(params=pc_mixture()["params"], mu=_normal((2, 2))), lambda a: dict(mu=_nan_at(a["mu"])),
+    C(mpc.predict, "finite", lambda: dict(params=pc_mixture()["params"], mu=_normal((2, 2))), lambda a: dict(mu=_nan_at(a["mu"])),
       r"mu must be finite", "nan_mu"),
 ]
 
@@ -521,7 +522,7 @@ def cccp_args():
 
 
 def pc_mlp():
-    return dict(params=pc.init_mlp(2, 5, 3, key=KEY), mu=_normal((2, 2)))
+    return dict(params=mpc.init_params(2, 5, 3, key=KEY), mu=_normal((2, 2)))
 
 
 def pc_lipschitz():
@@ -532,11 +533,11 @@ def pc_lipschitz():
 def pc_fit():
     a = pc_mixture()
     return dict(params=a["params"], x=a["x"], mu0=a["mu"], optimizer=optax.sgd(1e-2),
-                num_rounds=1, infer_steps=1, learn_steps=1)
+                n_rounds=1, infer_steps=1, learn_steps=1)
 
 
 def pc_sample():
-    return dict(teacher=pc.init_mlp(2, 5, 3, key=KEY), num_clusters=2, points_per_cluster=3, key=KEY,
+    return dict(teacher=mpc.init_params(2, 5, 3, key=KEY), num_clusters=2, points_per_cluster=3, key=KEY,
                 latent_centres=_normal((2, 2)))
 
 
@@ -546,26 +547,26 @@ def pcn_forward_args():
 
 def pcn_infer_args():
     a = pc_net()
-    return dict(params=a["params"], xs0=a["xs"], precisions=a["precisions"], clamp=(True, False, False), num_steps=2)
+    return dict(params=a["params"], xs0=a["xs"], precisions=a["precisions"], clamp=(True, False, False), n_steps=2)
 
 
 def pcn_train_args():
     return dict(params=pc_net()["params"], x=_normal((4, 3)), y=_normal((4, 2), 1), key=KEY,
-                optimizer=optax.sgd(1e-2), num_epochs=1, batch_size=2, infer_steps=2)
+                optimizer=optax.sgd(1e-2), n_epochs=1, batch_size=2, infer_steps=2)
 
 
 def pcn_classify_args():
-    return dict(params=pc_net()["params"], x=_normal((2, 3)), num_steps=2)
+    return dict(params=pc_net()["params"], x=_normal((2, 3)), n_steps=2)
 
 
 def pcn_generate_args():
-    return dict(params=pc_net()["params"], y=_normal((2, 2)), num_steps=2)
+    return dict(params=pc_net()["params"], y=_normal((2, 2)), n_steps=2)
 
 
 def anpc_args():
     A = np.zeros((3, 3), bool)
     A[1, 0] = A[2, 0] = A[2, 1] = True
-    params = pc.ANPCParams(weights=_normal((3, 3)), biases=0.1 * _normal((3, 3), 1), adjacency=jnp.asarray(A))
+    params = anpc.Params(weights=_normal((3, 3)), biases=0.1 * _normal((3, 3), 1), adjacency=jnp.asarray(A))
     return dict(params=params, x=_normal((2, 3), 2), precisions=jnp.array([1.0, 0.5, 2.0]))
 
 
@@ -577,7 +578,7 @@ def anpc_lipschitz_args():
 def anpc_infer_args():
     a = anpc_args()
     return dict(params=a["params"], x0=a["x"], precisions=a["precisions"], clamp=jnp.array([True, False, False]),
-                num_steps=2, step_size=0.05)
+                n_steps=2, step_size=0.05)
 
 
 def rbm_params_only():
@@ -708,18 +709,23 @@ CASES += [
     C(attention.cross_energy, "shape", cross_args, lambda a: dict(bias=jnp.zeros((3, 4))),
       r"bias of shape \(3, 4\) does not broadcast", "bias_shape"),
     # predictive coding
-    C(pc.mlp, "dtype", pc_mlp, _replace_params("b1", _ints), r"params\.b1 must be floating point", "int_b1"),
-    C(pc.pcn_energy, "dtype", pc_net, lambda a: dict(precisions=np.array([0, 1, 2])), r"precisions must be floating point",
+    C(mpc.predict, "dtype", pc_mlp, _replace_params("b1", _ints), r"params\.b1 must be floating point", "int_b1"),
+    C(pcn.energy, "dtype", pc_net, lambda a: dict(precisions=np.array([0, 1, 2])), r"precisions must be floating point",
       "int_precisions"),
-    C(pc.anpc_energy, "dtype", anpc_args, lambda a: dict(precisions=np.array([1, 1, 2])), r"precisions must be floating point",
+    C(anpc.energy, "dtype", anpc_args, lambda a: dict(precisions=np.array([1, 1, 2])), r"precisions must be floating point",
       "int_precisions"),
-    C(pc.anpc_energy, "finite", anpc_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
-    C(pc.anpc_energy, "shape", anpc_args, lambda a: dict(x=_normal((2, 4))), r"x must have shape \(\.\.\., N\) with N = 3",
+    C(anpc.energy, "finite", anpc_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
+    C(anpc.energy, "shape", anpc_args, lambda a: dict(x=_normal((2, 4))), r"x must have shape \(\.\.\., N\) with N = 3",
       "x_width"),
-    C(pc.anpc_energy, "mask", anpc_args, _replace_params("adjacency", lambda A: np.asarray(A, np.int64)),
+    C(anpc.energy, "mask", anpc_args, _replace_params("adjacency", lambda A: np.asarray(A, np.int64)),
       r"params\.adjacency must be boolean", "int_adjacency"),
-    C(pc.pcn_infer, "K", pcn_infer_args, lambda a: dict(num_steps=0), r"num_steps must be an integer >= 1", "zero_steps"),
-    C(pc.mixture_infer, "K", pc_infer, lambda a: dict(num_steps=1.0), r"num_steps must be an integer >= 1", "float_steps"),
+    C(pcn.infer, "K", pcn_infer_args, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(mpc.infer, "K", pc_infer, lambda a: dict(n_steps=1.0), r"n_steps must be an integer >= 1", "float_steps"),
+    C(anpc.infer, "K", anpc_infer_args, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(anpc.infer, "positive", anpc_infer_args, lambda a: dict(step_size=-0.1), r"step_size must be a finite scalar > 0",
+      "negative_step"),
+    C(anpc.lipschitz, "positive", lambda: dict(params=anpc_args()["params"], clamp=np.array([True, False, False]), radius=1.0),
+      lambda a: dict(radius=-1.0), r"radius", "negative_radius"),
     # rbm
     C(rbm.free_energy, "domain", rbm_args, lambda a: dict(v=np.array([[1, 0, 2], [0, 1, 1]])),
       r"v must be binary \(entries 0 or 1\); got an int64 array", "int_v_not_binary"),
@@ -832,40 +838,40 @@ INT_INPUTS = [
     (attention.cccp_step, structural_args, "mu"),
     (attention.cccp, cccp_args, "mu0"),
     # predictive coding
-    (pc.mlp, pc_mlp, "mu"),
-    (pc.mixture_sim, pc_mixture, "x"),
-    (pc.mixture_energy, pc_mixture, "mu"),
-    (pc.mixture_responsibilities, pc_mixture, "x"),
-    (pc.mixture_grad_x, pc_mixture, "x"),
-    (pc.mixture_grad_mu, pc_mixture, "mu"),
-    (pc.mixture_grad_params, pc_mixture, "params.W2"),
-    (pc.mixture_mu_lipschitz, pc_lipschitz, "x"),
-    (pc.mixture_infer, pc_infer, "mu0"),
-    (pc.mixture_fit, pc_fit, "x"),
-    (pc.mixture_sample, pc_sample, "latent_centres"),
-    (pc.pcn_forward, pcn_forward_args, "x"),
-    (pc.pcn_predictions, lambda: {k: v for k, v in pc_net().items() if k != "precisions"}, "xs[0]"),
-    (pc.pcn_errors, pc_net, "precisions"),
-    (pc.pcn_sim, pc_net, "xs[0]"),
-    (pc.pcn_energy, pc_net, "precisions"),
-    (pc.pcn_grad_x, pc_net, "xs[0]"),
-    (pc.pcn_grad_params, pc_net, "xs[0]"),
-    (pc.pcn_infer, pcn_infer_args, "xs0[0]"),
-    (pc.pcn_train, pcn_train_args, "y"),
-    (pc.pcn_classify, pcn_classify_args, "x"),
-    (pc.pcn_generate, pcn_generate_args, "y"),
-    (pc.anpc_predictions, lambda: {k: v for k, v in anpc_args().items() if k != "precisions"}, "x"),
-    (pc.anpc_errors, lambda: {k: v for k, v in anpc_args().items() if k != "precisions"}, "params.weights"),
-    (pc.anpc_sim, anpc_args, "x"),
-    (pc.anpc_attention, anpc_args, "x"),
-    (pc.anpc_effective_precisions, anpc_args, "params.biases"),
-    (pc.anpc_energy, anpc_args, "x"),
-    (pc.anpc_standard_energy, anpc_args, "x"),
-    (pc.anpc_grad_x, anpc_args, "x"),
-    (pc.anpc_standard_grad_x, anpc_args, "x"),
-    (pc.anpc_grad_params, anpc_args, "x"),
-    (pc.anpc_lipschitz, anpc_lipschitz_args, "params.weights"),
-    (pc.anpc_infer, anpc_infer_args, "x0"),
+    (mpc.predict, pc_mlp, "mu"),
+    (mpc.sim, pc_mixture, "x"),
+    (mpc.energy, pc_mixture, "mu"),
+    (mpc.responsibilities, pc_mixture, "x"),
+    (mpc.grad_x, pc_mixture, "x"),
+    (mpc.grad_mu, pc_mixture, "mu"),
+    (mpc.grad_params, pc_mixture, "params.W2"),
+    (mpc.mu_lipschitz, pc_lipschitz, "x"),
+    (mpc.infer, pc_infer, "mu0"),
+    (mpc.fit, pc_fit, "x"),
+    (mpc.sample, pc_sample, "latent_centres"),
+    (pcn.forward, pcn_forward_args, "x"),
+    (pcn.predictions, lambda: {k: v for k, v in pc_net().items() if k != "precisions"}, "xs[0]"),
+    (pcn.errors, pc_net, "precisions"),
+    (pcn.sim, pc_net, "xs[0]"),
+    (pcn.energy, pc_net, "precisions"),
+    (pcn.grad_x, pc_net, "xs[0]"),
+    (pcn.grad_params, pc_net, "xs[0]"),
+    (pcn.infer, pcn_infer_args, "xs0[0]"),
+    (pcn.fit, pcn_train_args, "y"),
+    (pcn.classify, pcn_classify_args, "x"),
+    (pcn.generate, pcn_generate_args, "y"),
+    (anpc.predictions, lambda: {k: v for k, v in anpc_args().items() if k != "precisions"}, "x"),
+    (anpc.errors, lambda: {k: v for k, v in anpc_args().items() if k != "precisions"}, "params.weights"),
+    (anpc.sim, anpc_args, "x"),
+    (anpc.attention, anpc_args, "x"),
+    (anpc.effective_precisions, anpc_args, "params.biases"),
+    (anpc.energy, anpc_args, "x"),
+    (anpc.standard_energy, anpc_args, "x"),
+    (anpc.grad_x, anpc_args, "x"),
+    (anpc.standard_grad_x, anpc_args, "x"),
+    (anpc.grad_params, anpc_args, "x"),
+    (anpc.lipschitz, anpc_lipschitz_args, "params.weights"),
+    (anpc.infer, anpc_infer_args, "x0"),
     # rbm: the parameters are continuous (unit states are binary data: see test_integer_data_is_cast_exactly)
     (rbm.energy, rbm_joint, "params.W"),
     (rbm.free_energy, rbm_args, "params.b"),
@@ -1017,11 +1023,13 @@ REQUIRED = {
     "slot_attention": {"shape", "finite", "K", "positive", "dtype"},
     "rbm": {"shape", "finite", "K", "positive", "dtype"},
     "diffusion": {"shape", "finite", "K", "positive", "dtype"},
-    "predictive_coding": {"shape", "finite", "K", "positive", "dtype"},
+    "mixture_pc": {"shape", "finite", "K", "positive", "dtype"},
+    "pcn": {"shape", "finite", "K", "positive", "dtype"},
+    "anpc": {"shape", "finite", "K", "positive", "dtype"},
     "sharding": {"shape", "finite", "K", "beta", "dtype", "diverge"},
     "structural": {"diverge"},
 }
-for _m in ("gmm", "slds", "slot_attention", "rbm", "diffusion", "predictive_coding"):
+for _m in ("gmm", "slds", "slot_attention", "rbm", "diffusion", "mixture_pc", "pcn"):
     REQUIRED[_m] = REQUIRED[_m] | {"diverge"}
 
 
@@ -1080,9 +1088,9 @@ CASES += [
       lambda a: dict(lam=1e-300), "slot_attention.fit: " + DIVERGE, "tiny_lam"),
     C(rbm.fit, "diverge", rbm_fit, lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
       "rbm.fit: " + DIVERGE + ".*lower learning_rate", "huge_rate"),
-    C(pc.mixture_fit, "diverge", pc_fit, lambda a: dict(optimizer=_HUGE_STEP), "mixture_fit: " + DIVERGE,
+    C(mpc.fit, "diverge", pc_fit, lambda a: dict(optimizer=_HUGE_STEP), "mixture_fit: " + DIVERGE,
       "huge_rate"),
-    C(pc.pcn_train, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn_train: " + DIVERGE,
+    C(pcn.fit, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn_train: " + DIVERGE,
       "huge_rate"),
     C(diffusion.fit_mlp, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "fit_mlp: " + DIVERGE,
       "huge_rate"),
@@ -1094,7 +1102,7 @@ CASES += [
 
 # Every public fit, trainer and training run (the drivers that take many steps on
 # their own) has a "diverge" case.
-FITS = {gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, pc.mixture_fit, pc.pcn_train,
+FITS = {gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
         diffusion.fit_mlp, structural.run_multihop_experiment, structural.run_multihop_experiments,
         structural.run_expanding_experiment}
 
@@ -1106,7 +1114,7 @@ def test_every_fit_has_a_diverge_case():
     # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
     missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
     assert not missing, missing
-    for mod in (gmm, sharding, slds, slot_attention, rbm, pc, diffusion, structural):
+    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, structural):
         for name, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ == mod.__name__ and not name.startswith("_") and (
                     name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
@@ -1129,7 +1137,9 @@ def test_registry_covers_every_module_and_kind():
 # integer time steps, schedules, meshes only), exempt from the dtype sweep.
 NO_CONTINUOUS_ARRAY = {
     "attention": {"init_attention", "init_multihead", "causal_mask", "sinusoidal_encoding", "sinusoidal_shift"},
-    "predictive_coding": {"init_mlp", "pcn_init"},
+    "mixture_pc": {"init_params"},
+    "pcn": {"init_params"},
+    "anpc": set(),
     "rbm": {"init_params", "binary_states"},
     "slds": set(),
     "slot_attention": {"blob_scene"},
@@ -1142,7 +1152,7 @@ NO_CONTINUOUS_ARRAY = {
 def test_every_continuous_input_has_an_integer_dtype_case():
     import inspect
 
-    modules = dict(attention=attention, predictive_coding=pc, rbm=rbm, slds=slds, slot_attention=slot_attention,
+    modules = dict(attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, rbm=rbm, slds=slds, slot_attention=slot_attention,
                    diffusion=diffusion, sharding=sharding, gmm=gmm)
     with_case = {(c.module, c.fn.__name__) for c in CASES if c.kind == "dtype"}
     for name, module in modules.items():
