@@ -17,19 +17,78 @@ says so). The rules:
 * :func:`optimizer`: anything with callable ``init`` and ``update`` (an optax
   ``GradientTransformation``).
 
-This module sits at the bottom of the package with :mod:`lse_energy.core`: it
-imports nothing from the models.
+It also holds :func:`is_concrete` (value checks run only on concrete inputs),
+:func:`float_array` and :func:`require_finite` (every iterative driver calls it
+on what it returns, so that a diverged run never comes back as NaN). This
+module is the bottom of the package: it imports nothing from it.
 """
 
 from __future__ import annotations
+
+import math
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy.core import is_concrete
-
 Array = jax.Array
+
+def is_concrete(*arrays) -> bool:
+    """True when no argument is a tracer, i.e. all hold values (not inside jit/grad).
+
+    Value checks (finiteness, positive-definiteness, ...) at the public
+    boundary run only on concrete inputs; every model module uses this.
+    """
+    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
+
+
+def float_array(name: str, x, min_ndim: int = 0) -> Array:
+    """``x`` as an array with at least ``min_ndim`` axes, a floating dtype and finite values.
+
+    Raises ``ValueError`` naming ``name``; finiteness is checked only when
+    ``x`` is concrete.
+    """
+    x = jnp.asarray(x)
+    if x.ndim < min_ndim:
+        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
+    if is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
+        raise ValueError(f"{name} must be finite")
+    return x
+
+
+def require_finite(where: str, result, *, steps=None, hint: str = "") -> None:
+    """Raise ``ValueError`` if any floating array in the pytree ``result`` is not finite.
+
+    Every iterative driver (fits, trainers, experiment runs) calls this on what it
+    is about to return, so that a run that diverged never comes back as NaN as if it
+    had succeeded. ``steps`` is an optional array whose leading axis indexes the
+    steps of the run (a trace): the message names the first step at which it is not
+    finite. Nothing is checked on traced values (inside an outer ``jit``).
+
+    Args:
+      where: the function's name, first in the message.
+      result: a pytree (NamedTuple, tuple, array ...); ``None`` leaves are skipped.
+      steps: optional per-step trace, leading axis = step.
+      hint: what to change, appended to the message.
+    """
+    leaves = [a for a in jax.tree_util.tree_leaves(result) if a is not None]
+    if not is_concrete(*leaves, *(() if steps is None else (steps,))):
+        return
+    paths = jax.tree_util.tree_flatten_with_path(result)[0]
+    bad = ["result" + jax.tree_util.keystr(path) for path, a in paths
+           if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
+           and not bool(np.all(np.isfinite(np.asarray(a))))]
+    if not bad:
+        return
+    where_step = ""
+    if steps is not None:
+        finite = np.all(np.isfinite(np.asarray(steps)).reshape(np.shape(steps)[0], -1), axis=1)
+        if not np.all(finite):
+            where_step = f", first at step {int(np.argmin(finite))}"
+    raise ValueError(f"{where}: the run diverged: {', '.join(bad)} became non-finite{where_step}"
+                     + (f"; {hint}" if hint else ""))
 
 
 def _is_int(value) -> bool:
@@ -101,3 +160,46 @@ def optimizer(opt):
     if not (callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None))):
         raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
     return opt
+
+
+def beta(value) -> None:
+    """An inverse temperature: a finite real scalar ``> 0`` (checked when concrete)."""
+    if is_concrete(value):
+        b = np.asarray(value)
+        if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
+            raise ValueError(f"beta must be a finite scalar > 0; got {value!r}")
+        if b.ndim != 0 or not np.isfinite(b) or not b > 0:
+            raise ValueError(f"beta must be a finite scalar > 0; got {value!r}")
+
+
+def default_beta(value, d: int):
+    r"""``value``, checked by :func:`beta`, or :math:`1/\sqrt{d}` when it is ``None``."""
+    if value is None:
+        return 1.0 / math.sqrt(d)
+    beta(value)
+    return value
+
+
+def qk(q, k) -> tuple[Array, Array]:
+    """Queries ``(..., N_Q, d)`` and keys ``(..., N_K, d)``: floating, finite, ``N_K >= 1``, one ``d``."""
+    q = float_array("q", q, 2)
+    k = float_array("k", k, 2)
+    if k.shape[-2] < 1:
+        raise ValueError(f"k must have at least one row (N_K >= 1 keys); got shape {k.shape}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must share their last (feature) dimension; got q{q.shape} and k{k.shape}"
+        )
+    return q, k
+
+
+def bias(value, shape) -> Array | None:
+    """An optional additive log-prior, floating and finite, broadcastable to ``shape`` (``None`` passes)."""
+    if value is None:
+        return None
+    value = float_array("bias", value, min_ndim=0)
+    try:
+        jnp.broadcast_shapes(value.shape, shape)
+    except ValueError as err:
+        raise ValueError(f"bias of shape {value.shape} does not broadcast to sim of shape {shape}") from err
+    return value

@@ -148,7 +148,7 @@ def _check_precisions(precisions, N, dtype) -> Array:
             f"precisions must have shape (N,) (one per neuron) or (N, N) (one per synapse) with "
             f"N = {N}; got {k.shape}"
         )
-    if core.is_concrete(k) and not (np.all(np.isfinite(np.asarray(k))) and np.all(np.asarray(k) >= 0)):
+    if _validate.is_concrete(k) and not (np.all(np.isfinite(np.asarray(k))) and np.all(np.asarray(k) >= 0)):
         raise ValueError("precisions must be finite and >= 0")
     return k
 

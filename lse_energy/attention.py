@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import core
+from lse_energy import _validate, core
 from lse_energy.core import GradientTerms
 
 Array = jax.Array
@@ -126,52 +126,17 @@ class MultiHeadParams(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
-def _float_array(name: str, x, min_ndim: int = 2) -> Array:
-    return core.float_array(name, x, min_ndim)
 
 
-def _check_beta(beta) -> None:
-    if _concrete(beta):
-        b = np.asarray(beta)
-        if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
-            raise ValueError(f"beta must be a finite scalar > 0; got {beta!r}")
-        if b.ndim != 0 or not np.isfinite(b) or not b > 0:
-            raise ValueError(f"beta must be a finite scalar > 0; got {beta!r}")
 
 
-def _check_count(name: str, value, low: int) -> int:
-    """A Python/NumPy integer ``>= low`` (``bool``, ``2.0`` and ``"2"`` are rejected)."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    if value < low:
-        raise ValueError(f"{name} must be >= {low}; got {value!r}")
-    return int(value)
 
 
-def _check_qk(q, k) -> tuple[Array, Array]:
-    q = _float_array("q", q)
-    k = _float_array("k", k)
-    if k.shape[-2] < 1:
-        raise ValueError(f"k must have at least one row (N_K >= 1 keys); got shape {k.shape}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must share their last (feature) dimension; got q{q.shape} and k{k.shape}"
-        )
-    return q, k
 
 
-def _check_bias(bias, shape) -> Array | None:
-    if bias is None:
-        return None
-    bias = _float_array("bias", bias, min_ndim=0)
-    try:
-        jnp.broadcast_shapes(bias.shape, shape)
-    except ValueError as err:
-        raise ValueError(f"bias of shape {bias.shape} does not broadcast to sim of shape {shape}") from err
-    return bias
 
 
 def _sim(q, k, beta, bias):
@@ -204,9 +169,9 @@ def cross_energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     Returns:
       Scalar energy (leading batch axes are summed).
     """
-    q, k = _check_qk(q, k)
-    _check_beta(beta)
-    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    q, k = _validate.qk(q, k)
+    _validate.beta(beta)
+    bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
     return core.energy(_sim(q, k, beta, bias), mask)
 
 
@@ -222,9 +187,9 @@ def cross_grad_queries(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     Returns:
       ``(..., N_Q, d)``, the gradient (not its negative).
     """
-    q, k = _check_qk(q, k)
-    _check_beta(beta)
-    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    q, k = _validate.qk(q, k)
+    _validate.beta(beta)
+    bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
     w = core.weights(_sim(q, k, beta, bias), mask)
     return -beta * jnp.einsum("...cp,...pd->...cd", w, k)
 
@@ -242,9 +207,9 @@ def cross_grad_keys(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     Returns:
       ``(..., N_K, d)``.
     """
-    q, k = _check_qk(q, k)
-    _check_beta(beta)
-    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    q, k = _validate.qk(q, k)
+    _validate.beta(beta)
+    bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
     w = core.weights(_sim(q, k, beta, bias), mask)
     return -beta * jnp.einsum("...cp,...cd->...pd", w, q)
 
@@ -252,10 +217,10 @@ def cross_grad_keys(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
 def _check_cross_tokens(params, xq, xk):
     if not isinstance(params, AttentionParams):
         raise ValueError(f"params must be AttentionParams; got {type(params).__name__}")
-    wq = _float_array("params.wq", params.wq)
-    wk = _float_array("params.wk", params.wk)
-    xq = _float_array("xq", xq)
-    xk = _float_array("xk", xk)
+    wq = _validate.float_array("params.wq", params.wq, 2)
+    wk = _validate.float_array("params.wk", params.wk, 2)
+    xq = _validate.float_array("xq", xq, 2)
+    xk = _validate.float_array("xk", xk, 2)
     if wq.ndim != 2 or wk.ndim != 2:
         raise ValueError(f"params.wq and params.wk must be matrices; got {wq.shape}, {wk.shape}")
     if wq.shape[0] != wk.shape[0]:
@@ -332,9 +297,9 @@ def cross_grad_params(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, b
 def _check_self(params, x):
     if not isinstance(params, AttentionParams):
         raise ValueError(f"params must be AttentionParams; got {type(params).__name__}")
-    wq = _float_array("params.wq", params.wq)
-    wk = _float_array("params.wk", params.wk)
-    x = _float_array("x", x)
+    wq = _validate.float_array("params.wq", params.wq, 2)
+    wk = _validate.float_array("params.wk", params.wk, 2)
+    x = _validate.float_array("x", x, 2)
     if wq.ndim != 2 or wq.shape != wk.shape:
         raise ValueError(
             f"params.wq and params.wk must be matrices of the same shape (d_k, d); got {wq.shape}, {wk.shape}"
@@ -361,8 +326,8 @@ def self_energy(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -
       Scalar energy.
     """
     wq, wk, x = _check_self(params, x)
-    _check_beta(beta)
-    bias = _check_bias(bias, x.shape[:-1] + x.shape[-2:-1])
+    _validate.beta(beta)
+    bias = _validate.bias(bias, x.shape[:-1] + x.shape[-2:-1])
     return core.energy(_sim(x @ wq.T, x @ wk.T, beta, bias), mask)
 
 
@@ -387,8 +352,8 @@ def self_grad_terms(params: AttentionParams, x, *, beta=1.0, mask=None, bias=Non
       each ``(..., N, d)``; their sum is :math:`-\partial E/\partial x`.
     """
     wq, wk, x = _check_self(params, x)
-    _check_beta(beta)
-    bias = _check_bias(bias, x.shape[:-1] + x.shape[-2:-1])
+    _validate.beta(beta)
+    bias = _validate.bias(bias, x.shape[:-1] + x.shape[-2:-1])
     q, k = x @ wq.T, x @ wk.T
     w = core.weights(_sim(q, k, beta, bias), mask)
     child = beta * jnp.einsum("...ip,...pk->...ik", w, k) @ wq  # sum_p w_ip W^QT W^K x_p
@@ -411,11 +376,6 @@ def self_grad(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> 
 # ---------------------------------------------------------------------------
 
 
-def _default_beta(beta, d: int):
-    if beta is None:
-        return 1.0 / math.sqrt(d)
-    _check_beta(beta)
-    return beta
 
 
 def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:
@@ -432,9 +392,9 @@ def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:
     Returns:
       ``(..., N_Q, N_K)``; rows sum to one over allowed edges.
     """
-    q, k = _check_qk(q, k)
-    beta = _default_beta(beta, q.shape[-1])
-    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    q, k = _validate.qk(q, k)
+    beta = _validate.default_beta(beta, q.shape[-1])
+    bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
     return core.weights(_sim(q, k, beta, bias), mask)
 
 
@@ -460,8 +420,8 @@ def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
     Returns:
       ``(..., N_Q, d_v)``.
     """
-    v = _float_array("v", v)
-    q, k = _check_qk(q, k)
+    v = _validate.float_array("v", v, 2)
+    q, k = _validate.qk(q, k)
     if v.shape[-2] != k.shape[-2]:
         raise ValueError(f"v must have one row per key: k{k.shape} but v{v.shape}")
     if mask is not None:
@@ -469,8 +429,8 @@ def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
         return jnp.einsum("...cp,...pe->...ce", w, v)
     # Fast path: everything is validated above, so the jitted kernel skips
     # core's host-side finiteness check of the (N_Q, N_K) similarity matrix.
-    beta = _default_beta(beta, q.shape[-1])
-    bias = _check_bias(bias, q.shape[:-1] + k.shape[-2:-1])
+    beta = _validate.default_beta(beta, q.shape[-1])
+    bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
     return _attend_jit(q, k, v, jnp.asarray(beta, q.dtype), bias)
 
 
@@ -498,7 +458,7 @@ def edge_prior(bias, mask=None) -> Array:
     Returns:
       ``(..., N_Q, N_K)``, rows summing to one.
     """
-    bias = _float_array("bias", bias)
+    bias = _validate.float_array("bias", bias, 2)
     return core.weights(bias, mask)
 
 
@@ -524,8 +484,8 @@ def prior_energy(sim, prior) -> Array:
         another shape, or a ``prior`` row that is negative or does not sum
         to one.
     """
-    sim = _float_array("sim", sim)
-    prior = _float_array("prior", prior)
+    sim = _validate.float_array("sim", sim, 2)
+    prior = _validate.float_array("prior", prior, 2)
     if sim.shape[-1] < 1:
         raise ValueError(f"sim must have at least one parent (P >= 1); got shape {sim.shape}")
     if prior.shape != sim.shape:
@@ -545,8 +505,8 @@ def prior_energy(sim, prior) -> Array:
 
 def init_attention(d_in: int, d_k: int, *, key, scale: float = 1.0) -> AttentionParams:
     r"""Gaussian :math:`W^Q, W^K` with entries :math:`\mathcal{N}(0, \mathrm{scale}^2/d_{in})`."""
-    d_in = _check_count("d_in", d_in, 1)
-    d_k = _check_count("d_k", d_k, 1)
+    d_in = _validate.count("d_in", d_in, 1)
+    d_k = _validate.count("d_k", d_k, 1)
     if not (np.ndim(scale) == 0 and np.isfinite(scale) and scale > 0):
         raise ValueError(f"scale must be a finite scalar > 0; got {scale!r}")
     k1, k2 = jax.random.split(key)
@@ -562,13 +522,13 @@ def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key
 
     ``d_head`` defaults to ``d_model // n_heads``; the value width equals ``d_head``.
     """
-    d_model = _check_count("d_model", d_model, 1)
-    n_heads = _check_count("n_heads", n_heads, 1)
+    d_model = _validate.count("d_model", d_model, 1)
+    n_heads = _validate.count("n_heads", n_heads, 1)
     if d_head is None:
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
         d_head = d_model // n_heads
-    d_head = _check_count("d_head", d_head, 1)
+    d_head = _validate.count("d_head", d_head, 1)
     kq, kk, kv, ko = jax.random.split(key, 4)
     a = 1.0 / math.sqrt(d_model)
     return MultiHeadParams(
@@ -600,7 +560,7 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
     """
     if not isinstance(params, MultiHeadParams):
         raise ValueError(f"params must be MultiHeadParams; got {type(params).__name__}")
-    params = MultiHeadParams(*(core.float_array(f"params.{name}", a) for name, a in zip(MultiHeadParams._fields, params)))
+    params = MultiHeadParams(*(_validate.float_array(f"params.{name}", a) for name, a in zip(MultiHeadParams._fields, params)))
     if any(a.ndim != 3 for a in params):
         raise ValueError(
             "params must have wq, wk: (H, d_head, d_model), wv: (H, d_v, d_model), wo: (H, d_model, d_v); got "
@@ -608,8 +568,8 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
         )
     if params.wq.shape[0] < 1:
         raise ValueError(f"params must hold at least one head (H >= 1); got params.wq of shape {params.wq.shape}")
-    xq = _float_array("xq", xq)
-    xkv = xq if xkv is None else _float_array("xkv", xkv)
+    xq = _validate.float_array("xq", xq, 2)
+    xkv = xq if xkv is None else _validate.float_array("xkv", xkv, 2)
     H, dh, dm = params.wq.shape
     if params.wk.shape != (H, dh, dm) or params.wv.shape[::2] != (H, dm) or params.wo.shape[:2] != (H, dm) \
             or params.wo.shape[2] != params.wv.shape[1]:
@@ -632,8 +592,8 @@ def causal_mask(n: int, m: int | None = None) -> Array:
     With ``m > n`` the queries are the last ``n`` of ``m`` positions (query
     ``i`` sits at position ``i + m - n``), so every row keeps at least one key.
     """
-    n = _check_count("n", n, 1)
-    m = n if m is None else _check_count("m", m, 1)
+    n = _validate.count("n", n, 1)
+    m = n if m is None else _validate.count("m", m, 1)
     if m < n:
         raise ValueError(f"causal_mask needs 1 <= n <= m; got n={n}, m={m}")
     return jnp.arange(m)[None, :] <= (jnp.arange(n)[:, None] + (m - n))
@@ -650,8 +610,8 @@ def relative_position_bias(table, n: int) -> Array:
     Returns:
       ``(..., n, n)``.
     """
-    table = _float_array("table", table, min_ndim=1)
-    n = _check_count("n", n, 1)
+    table = _validate.float_array("table", table, min_ndim=1)
+    n = _validate.count("n", n, 1)
     if table.shape[-1] != 2 * n - 1:
         raise ValueError(f"table must have 2n - 1 = {2 * n - 1} entries in its last axis; got {table.shape}")
     idx = jnp.arange(n)[None, :] - jnp.arange(n)[:, None] + n - 1
@@ -665,7 +625,7 @@ def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
               \mathrm{PE}(i)_{2j+1} = \cos(i\,\omega_j), \quad
               \omega_j = \mathrm{base}^{-2j/d}.
     """
-    n = _check_count("n", n, 1)
+    n = _validate.count("n", n, 1)
     if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
         raise ValueError(f"d must be a positive even integer; got {d}")
     if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
@@ -706,9 +666,9 @@ _PRIORS = ("hopfield", "slot")
 
 
 def _check_structural(mu, x, w, prior, mu_name="mu"):
-    mu = _float_array(mu_name, mu)
-    x = _float_array("x", x)
-    w = _float_array("w", w)
+    mu = _validate.float_array(mu_name, mu, 2)
+    x = _validate.float_array("x", x, 2)
+    w = _validate.float_array("w", w, 2)
     if mu.ndim != 2 or x.ndim != 2 or w.ndim != 2:
         raise ValueError(f"{mu_name}, x and w must be matrices; got {mu.shape}, {x.shape}, {w.shape}")
     if mu.shape[0] < 1 or x.shape[0] < 1:

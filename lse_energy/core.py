@@ -25,6 +25,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lse_energy._validate import is_concrete
+
 Array = jax.Array
 
 __all__ = [
@@ -37,72 +39,17 @@ __all__ = [
     "graph_gradient",
     "graph_gradient_terms",
     "GradientTerms",
-    "is_concrete",
-    "float_array",
     "softmax_average",
-    "require_finite",
 ]
 
 
-def is_concrete(*arrays) -> bool:
-    """True when no argument is a tracer, i.e. all hold values (not inside jit/grad).
-
-    Value checks (finiteness, positive-definiteness, ...) at the public
-    boundary run only on concrete inputs; every model module uses this.
-    """
-    return not any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
-def require_finite(where: str, result, *, steps=None, hint: str = "") -> None:
-    """Raise ``ValueError`` if any floating array in the pytree ``result`` is not finite.
-
-    Every iterative driver (fits, trainers, experiment runs) calls this on what it
-    is about to return, so that a run that diverged never comes back as NaN as if it
-    had succeeded. ``steps`` is an optional array whose leading axis indexes the
-    steps of the run (a trace): the message names the first step at which it is not
-    finite. Nothing is checked on traced values (inside an outer ``jit``).
-
-    Args:
-      where: the function's name, first in the message.
-      result: a pytree (NamedTuple, tuple, array ...); ``None`` leaves are skipped.
-      steps: optional per-step trace, leading axis = step.
-      hint: what to change, appended to the message.
-    """
-    leaves = [a for a in jax.tree_util.tree_leaves(result) if a is not None]
-    if not is_concrete(*leaves, *(() if steps is None else (steps,))):
-        return
-    paths = jax.tree_util.tree_flatten_with_path(result)[0]
-    bad = ["result" + jax.tree_util.keystr(path) for path, a in paths
-           if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
-           and not bool(np.all(np.isfinite(np.asarray(a))))]
-    if not bad:
-        return
-    where_step = ""
-    if steps is not None:
-        finite = np.all(np.isfinite(np.asarray(steps)).reshape(np.shape(steps)[0], -1), axis=1)
-        if not np.all(finite):
-            where_step = f", first at step {int(np.argmin(finite))}"
-    raise ValueError(f"{where}: the run diverged: {', '.join(bad)} became non-finite{where_step}"
-                     + (f"; {hint}" if hint else ""))
 
 
-def float_array(name: str, x, min_ndim: int = 0) -> Array:
-    """``x`` as an array with at least ``min_ndim`` axes, a floating dtype and finite values.
-
-    Raises ``ValueError`` naming ``name``; finiteness is checked only when
-    ``x`` is concrete.
-    """
-    x = jnp.asarray(x)
-    if x.ndim < min_ndim:
-        raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
-    if is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-        raise ValueError(f"{name} must be finite")
-    return x
 
 
-def _validate(sim, mask, allow_empty: bool):
+def _check_sim(sim, mask, allow_empty: bool):
     """Check ``sim``/``mask`` at the public boundary and return them as arrays."""
     sim = jnp.asarray(sim)
     if sim.ndim < 2:
@@ -167,7 +114,7 @@ def logsumexp(sim, mask=None, *, allow_empty: bool = False) -> Array:
     Returns:
       ``(..., C)`` array.
     """
-    sim, mask = _validate(sim, mask, allow_empty)
+    sim, mask = _check_sim(sim, mask, allow_empty)
     return _lse(sim, mask)
 
 
@@ -196,7 +143,7 @@ def energy(sim, mask=None, *, allow_empty: bool = False) -> Array:
         non-broadcastable ``mask``, or a child with no allowed parent. Checks
         on values are made only when the inputs are concrete (not traced).
     """
-    sim, mask = _validate(sim, mask, allow_empty)
+    sim, mask = _check_sim(sim, mask, allow_empty)
     return -jnp.sum(_lse(sim, mask))
 
 
@@ -217,7 +164,7 @@ def weights(sim, mask=None, *, allow_empty: bool = False) -> Array:
     Returns:
       ``(..., C, P)`` array whose rows sum to 1 (or 0 for dropped children).
     """
-    sim, mask = _validate(sim, mask, allow_empty)
+    sim, mask = _check_sim(sim, mask, allow_empty)
     if mask is None:
         m = jax.lax.stop_gradient(jnp.max(sim, axis=-1, keepdims=True))
         e = jnp.exp(sim - m)

@@ -67,7 +67,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import core
+from lse_energy import _validate, core
 
 Array = jax.Array
 
@@ -108,7 +108,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
 def _check_points(name, a, d=None):
@@ -931,7 +931,7 @@ def fit_mlp(params: MLPParams, data, schedule, optimizer, *, key, steps: int,
         opt_state = optimizer.init(params)
     p, s, losses = _fit_mlp(params, opt_state, data, schedule, key, optimizer, steps, batch_size)
     out = MLPFit(params=p, opt_state=s, losses=losses)
-    core.require_finite("fit_mlp", out, steps=losses, hint="lower the optimizer's learning rate")
+    _validate.require_finite("fit_mlp", out, steps=losses, hint="lower the optimizer's learning rate")
     return out
 
 

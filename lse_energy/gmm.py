@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from lse_energy import core
+from lse_energy import _validate, core
 
 Array = jax.Array
 
@@ -92,7 +92,7 @@ class GMMParams(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
 def _float(name: str, a):

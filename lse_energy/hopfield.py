@@ -59,7 +59,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import core
+from lse_energy import _validate, core
 
 Array = jax.Array
 
@@ -84,7 +84,7 @@ __all__ = [
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
 def _check_beta(beta):

@@ -580,7 +580,7 @@ def fit(
     with _progress.bar(progress, n_rounds, "predictive-coding mixture fit (rounds)") as every:
         out = jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, n_rounds, infer_steps,
                                              learn_steps, step_size is None, every))
-    core.require_finite("fit", out, steps=out.learn_energy,
+    _validate.require_finite("fit", out, steps=out.learn_energy,
                         hint="lower the optimizer's learning rate or step_size (None picks a safe one)")
     return out
 

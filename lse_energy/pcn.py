@@ -141,7 +141,7 @@ def _check_precisions(precisions, L, dtype) -> Array:
     p = p.astype(dtype)
     if p.shape != (L,):
         raise ValueError(f"precisions must have shape (L,) = ({L},); got {p.shape}")
-    if core.is_concrete(p):
+    if _validate.is_concrete(p):
         v = np.asarray(p)
         if not (np.all(np.isfinite(v)) and v[0] >= 0 and np.all(v[1:] > 0)):
             raise ValueError(
@@ -647,7 +647,7 @@ def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
         opt_state = optimizer.init(params)
     out = _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs,
                          batch_size, infer_steps)
-    core.require_finite("fit", out, steps=out.energy,
+    _validate.require_finite("fit", out, steps=out.energy,
                         hint="lower the optimizer's learning rate or the inference step_size")
     return out
 

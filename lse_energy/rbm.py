@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import core
+from lse_energy import _validate, core
 
 Array = jax.Array
 
@@ -154,7 +154,7 @@ class CDTrace(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
 def _check_params(params) -> RBMParams:
@@ -758,6 +758,6 @@ def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 3
         raise ValueError(f"monitor must be a bool; got {monitor!r}")
     out = _fit(RBMParams(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
                n_epochs, batch_size, k, bool(monitor))
-    core.require_finite("rbm.fit", out, steps=out[1].free_energy if monitor else None,
+    _validate.require_finite("rbm.fit", out, steps=out[1].free_energy if monitor else None,
                         hint="lower learning_rate")
     return out

@@ -46,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, core
+from lse_energy import _progress, _validate, core
 
 Array = jax.Array
 
@@ -114,7 +114,7 @@ class FitResult(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
 def _check_x(x, name: str = "x") -> Array:

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, core
+from lse_energy import _progress, _validate, core
 
 Array = jax.Array
 
@@ -103,7 +103,7 @@ class SlotParams(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
 def _check_array(name, a, ndim):
@@ -685,7 +685,7 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
     with _progress.bar(progress, int(n_iter), f"slot-attention EM ({m_step})") as every:
         out = jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype), jnp.asarray(prox, x.dtype),
                                          int(n_iter), int(n_e_steps), m_step, every))
-    core.require_finite("slot_attention.fit", out, steps=out[2].free_energy,
+    _validate.require_finite("slot_attention.fit", out, steps=out[2].free_energy,
                         hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps")
     return out
 

@@ -49,7 +49,7 @@ import numpy as np
 
 from lse_energy import _progress
 from lse_energy import attention as A
-from lse_energy import core
+from lse_energy import _validate, core
 
 Array = jax.Array
 
@@ -94,10 +94,10 @@ VARIANTS = ("paper", "code")
 # ---------------------------------------------------------------------------
 
 
-_concrete = core.is_concrete
+_concrete = _validate.is_concrete
 
 
-_float = core.float_array
+_float = _validate.float_array
 
 
 def _check_variant(variant):
@@ -920,7 +920,7 @@ def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, ba
             run = jax.block_until_ready(_run_mh(keys, jnp.zeros((1, 3)), "two_layer", *args, every))
         out["two_layer"] = jax.tree_util.tree_map(lambda a: a[0], run)
     for m, r in out.items():
-        core.require_finite(f"run_multihop_experiments ({m})", r, steps=jnp.moveaxis(r.curve, -1, 0),
+        _validate.require_finite(f"run_multihop_experiments ({m})", r, steps=jnp.moveaxis(r.curve, -1, 0),
                             hint="lower the optimizer's learning rate")
     return {m: out[m] for m in models}
 
@@ -1147,7 +1147,7 @@ def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int =
         run, stats = jax.block_until_ready(
             _run_ex(keys, jnp.asarray(ps), model, optimizer, n_steps, batch, n, d, d_k, rank, float(strength),
                     float(alpha0), float(beta0), eps, float(tol), max_steps, n_test, every))
-    core.require_finite(f"run_expanding_experiment ({model})", run, steps=jnp.moveaxis(run.curve, -1, 0),
+    _validate.require_finite(f"run_expanding_experiment ({model})", run, steps=jnp.moveaxis(run.curve, -1, 0),
                         hint="lower the optimizer's learning rate")
     return run, (stats if model == "expanding" else None)
 
