@@ -1,9 +1,9 @@
 """Expanding vs full self-attention on the geometric toy (p = 1/5), at equal loss.
 
 Both models ("self": uniform prior over all earlier tokens; "expanding": the
-geometric prior of ``structural.expanding_attention``) are trained on short
+geometric prior of ``expanding.attend``) are trained on short
 sequences (``n_train`` tokens, a few seeds, optax Adam) with
-``structural.run_expanding_experiment``. Then, for every ``n`` in ``ns``, each
+``toy.run_expanding_experiment``. Then, for every ``n`` in ``ns``, each
 trained model is evaluated on fresh sequences of ``n`` tokens (normalised
 test MSE, mean over seeds) and its forward pass is timed side by side
 (``common.compare``: alternating, medians).
@@ -38,7 +38,8 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps:
         max_steps: int = 60):
     """Rows of section 4 and the raw figures per ``n``; the task is chapter 12's (d = 10, rank 5, p = 1/5)."""
     try:
-        from lse_energy import structural as S
+        from lse_energy import expanding
+        from lse_energy.experiments import structural_tasks as toy
     except ImportError:
         return [row("4 expanding", "structural module not available", "n/a", "", ">= 3", None,
                     "lse_energy.structural missing")], {}
@@ -48,27 +49,27 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps:
 
     opt = optax.adam(2e-2)
     train = dict(n_steps=n_steps, batch=32, n=n_train, d=d, d_k=d_k, rank=rank, n_test=n_test, max_steps=max_steps)
-    trained = {m: S.run_expanding_experiment(m, list(seeds), [P], optimizer=opt, **train)[0]
+    trained = {m: toy.run_expanding_experiment(m, list(seeds), [P], optimizer=opt, **train)[0]
                for m in ("self", "expanding")}
     tasks = []
     for s in seeds:
         kt = jax.random.split(jax.random.key(int(s)), 4)[0]  # the task drawn by run_expanding_experiment
-        tasks.append(S.make_expanding_task(d, rank, key=kt))
+        tasks.append(toy.make_expanding_task(d, rank, key=kt))
 
     def params_of(model, i):
         return jax.tree_util.tree_map(lambda a: a[0, i], trained[model].params)
 
-    f_self = jax.jit(lambda p, x: S.predict_expanding_task("self", p, x)[0])
+    f_self = jax.jit(lambda p, x: toy.predict_expanding_task("self", p, x)[0])
     rows, raw = [], {}
     target_n = 4096  # the target of issue 7 is stated at n = 4096; smaller runs report without a target
     for n in ns:
         # Test loss of every seed's trained model on fresh length-n sequences (exact truncated path).
         loss = {"self": [], "expanding": []}
         for i, task in enumerate(tasks):
-            x, y, _ = S.sample_expanding(task, n, n_test, P, key=jax.random.key(1000 + i))
+            x, y, _ = toy.sample_expanding(task, n, n_test, P, key=jax.random.key(1000 + i))
             var = float(task.w_y @ task.w_y)
             loss["self"].append(float(jnp.mean((f_self(params_of("self", i), x) - y) ** 2)) / var)
-            yh, res = S.predict_expanding_task("expanding", params_of("expanding", i), x, max_steps=max_steps,
+            yh, res = toy.predict_expanding_task("expanding", params_of("expanding", i), x, max_steps=max_steps,
                                                max_window="auto")
             assert not bool(jnp.any(res.overflow))
             loss["expanding"].append(float(jnp.mean((yh - y) ** 2)) / var)
@@ -76,12 +77,12 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps:
 
         # Timing on seed 0's models; the cap comes from a calibration batch, not the timed one.
         ps, pe = params_of("self", 0), params_of("expanding", 0)
-        xc, _, _ = S.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(7))
-        cap = S.predict_expanding_task("expanding", pe, xc, max_steps=max_steps,
+        xc, _, _ = toy.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(7))
+        cap = toy.predict_expanding_task("expanding", pe, xc, max_steps=max_steps,
                                        max_window="auto")[1].weights.shape[-1]
-        x, _, _ = S.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(8))
+        x, _, _ = toy.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(8))
         while True:
-            f_exp = jax.jit(lambda p, xx, cap=cap: S.predict_expanding_task("expanding", p, xx, max_steps=max_steps,
+            f_exp = jax.jit(lambda p, xx, cap=cap: toy.predict_expanding_task("expanding", p, xx, max_steps=max_steps,
                                                                             max_window=cap))
             _, res = f_exp(pe, x)
             if cap >= n - 1 or not bool(jnp.any(res.overflow)):
@@ -90,10 +91,10 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps:
         t = compare({
             "self": lambda: f_self(ps, x).block_until_ready(),
             "expanding": lambda: f_exp(pe, x)[0].block_until_ready(),
-            "auto": lambda: S.predict_expanding_task("expanding", pe, x, max_steps=max_steps,
+            "auto": lambda: toy.predict_expanding_task("expanding", pe, x, max_steps=max_steps,
                                                      max_window="auto")[0].block_until_ready(),
         }, reps=reps)
-        ops_ratio = S.self_attention_ops(n - 1, d_k, 1) / float(jnp.mean(res.ops))
+        ops_ratio = expanding.self_attention_ops(n - 1, d_k, 1) / float(jnp.mean(res.ops))
         ratio, ratio_auto = t["self"] / t["expanding"], t["self"] / t["auto"]
         raw[n] = {"t_self": t["self"], "t_expanding": t["expanding"], "t_auto": t["auto"], "cap": cap,
                   "ops_ratio": ops_ratio, "loss_self": loss["self"], "loss_expanding": loss["expanding"],

@@ -203,3 +203,10 @@ def bias(value, shape) -> Array | None:
     except ValueError as err:
         raise ValueError(f"bias of shape {value.shape} does not broadcast to sim of shape {shape}") from err
     return value
+
+
+def open_unit(name: str, value) -> float:
+    """A Python number strictly between 0 and 1 (a tail mass, a probability)."""
+    if isinstance(value, bool) or not (isinstance(value, (float, int)) and 0 < value < 1):
+        raise ValueError(f"{name} must be a number in (0, 1); got {value!r}")
+    return float(value)

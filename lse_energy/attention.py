@@ -3,9 +3,9 @@ r"""Cross-, self- and multi-head attention as log-sum-exp energies.
 This module implements §3 (cross-attention, eqs. 6–8), §6 (self-attention,
 eqs. 15–16) and Appendix B of Tschantz (2025), *Attention via log-sum-exp
 energy*; the structural-inference reading of attention of Singh & Buckley
-(2023), *Attention as implicit structural inference*, §3–§4 (attention is the
-posterior expectation of a value function, eq. 1; iterative attention is a
-CCCP fixed point, eq. 8); and the transformer pieces of the lecture notes
+(2023), *Attention as implicit structural inference*, §3 (attention is the
+posterior expectation of a value function, eq. 1; their §4, iterative
+attention as a CCCP fixed point, is :mod:`lse_energy.structural`); and the transformer pieces of the lecture notes
 §31 (the :math:`1/\sqrt{d}` temperature, multi-head attention, sinusoidal
 positional encodings).
 
@@ -39,7 +39,6 @@ on concrete (untraced) inputs, and the jitted kernels do no checking.
 from __future__ import annotations
 
 import math
-from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -74,9 +73,6 @@ __all__ = [
     "relative_position_bias",
     "sinusoidal_encoding",
     "sinusoidal_shift",
-    "collapsed_free_energy",
-    "cccp_step",
-    "cccp",
 ]
 
 
@@ -656,123 +652,3 @@ def sinusoidal_shift(k, d: int, *, base: float = 10000.0) -> Array:
     c, s = jnp.cos(k * omega), jnp.sin(k * omega)
     blocks = jnp.stack([jnp.stack([c, s], -1), jnp.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
     return jax.scipy.linalg.block_diag(*blocks)
-
-
-# ---------------------------------------------------------------------------
-# Iterative attention: collapsed free energy and CCCP (Singh & Buckley §4)
-# ---------------------------------------------------------------------------
-
-_PRIORS = ("hopfield", "slot")
-
-
-def _check_structural(mu, x, w, prior, mu_name="mu"):
-    mu = _validate.float_array(mu_name, mu, 2)
-    x = _validate.float_array("x", x, 2)
-    w = _validate.float_array("w", w, 2)
-    if mu.ndim != 2 or x.ndim != 2 or w.ndim != 2:
-        raise ValueError(f"{mu_name}, x and w must be matrices; got {mu.shape}, {x.shape}, {w.shape}")
-    if mu.shape[0] < 1 or x.shape[0] < 1:
-        raise ValueError(f"{mu_name} and x must each have at least one row (m, n >= 1); got {mu.shape}, {x.shape}")
-    if w.shape != (mu.shape[1], x.shape[1]):
-        raise ValueError(f"w must have shape (d_mu, d_x) = {(mu.shape[1], x.shape[1])}; got {w.shape}")
-    if prior not in _PRIORS:
-        raise ValueError(f"prior must be one of {_PRIORS}; got {prior!r}")
-    return mu, x, w
-
-
-def _edge_potentials(mu, x, w):
-    return mu @ w @ x.T  # (m latents, n observations): psi(x_j, z_i) = z_i^T W x_j
-
-
-def collapsed_free_energy(mu, x, w, *, prior: str = "hopfield") -> Array:
-    r"""Collapsed (first-order Laplace) free energy of a pMRF with quadratic node potentials.
-
-    Singh & Buckley §4: node potentials :math:`-\tfrac12\|\mu_i\|^2`, edge
-    potentials :math:`\psi(x_j, \mu_i) = \mu_i^\top W x_j`, structural
-    variables marginalised under a factorised uniform prior:
-
-    * ``prior="hopfield"``: each latent :math:`i` picks one observation
-      (:math:`\phi_i \sim \mathrm{Uniform}\{(x_1, z_i), \dots, (x_n, z_i)\}`),
-
-      .. math:: F = \tfrac12 \sum_i \|\mu_i\|^2 - \sum_i \ln \sum_j \exp(\mu_i^\top W x_j);
-
-    * ``prior="slot"``: each observation :math:`j` picks one latent,
-
-      .. math:: F = \tfrac12 \sum_i \|\mu_i\|^2 - \sum_j \ln \sum_i \exp(\mu_i^\top W x_j).
-
-    (Constants :math:`\ln n` / :math:`\ln m` from the uniform prior are dropped.)
-
-    Args:
-      mu: ``(m, d_mu)`` latent means. x: ``(n, d_x)`` observations.
-      w: ``(d_mu, d_x)``. All three floating point (integer arrays raise
-        ``ValueError``) and finite, with ``m, n >= 1``.
-
-    Returns:
-      Scalar.
-    """
-    mu, x, w = _check_structural(mu, x, w, prior)
-    return _free_energy_inner(mu, x, w, prior)
-
-
-def cccp_step(mu, x, w, *, prior: str = "hopfield") -> Array:
-    r"""The CCCP fixed-point map, eq. (8) of Singh & Buckley (2023).
-
-    :math:`F` = convex :math:`\tfrac12\|\mu\|^2` + concave
-    :math:`-\sum \ln\sum \exp(\text{linear in } \mu)`. CCCP sets the gradient
-    of the convex part at :math:`\mu^*` to minus that of the concave part at
-    :math:`\mu`:
-
-    .. math:: \mu_i^* = \sum_j a_{ij}\, W x_j, \qquad
-              a_{ij} = \begin{cases} \mathrm{softmax}_j(\mu_i^\top W x_j) & \text{hopfield} \\
-                                     \mathrm{softmax}_i(\mu_i^\top W x_j) & \text{slot} \end{cases}
-
-    and guarantees :math:`F(\mu^*) \le F(\mu)`.
-
-    Returns:
-      ``(m, d_mu)``.
-    """
-    mu, x, w = _check_structural(mu, x, w, prior)
-    return _cccp_body(mu, x, w, prior)
-
-
-def cccp(mu0, x, w, *, prior: str = "hopfield", n_steps: int = 20):
-    r"""Iterate :func:`cccp_step` ``n_steps`` times (jitted ``lax.scan``).
-
-    Args:
-      mu0, x, w: as in :func:`collapsed_free_energy`.
-      prior: ``"hopfield"`` or ``"slot"``.
-      n_steps: a Python integer ``>= 0`` (a float such as ``1.5`` raises
-        ``ValueError`` rather than being truncated).
-
-    Returns:
-      ``(mu, trace)``: the final ``(m, d_mu)`` means and the ``(n_steps + 1,)``
-      free energies :math:`F(\mu^{(0)}), \dots, F(\mu^{(T)})`.
-    """
-    mu0, x, w = _check_structural(mu0, x, w, prior, "mu0")
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
-        raise ValueError(f"n_steps must be a non-negative integer; got {n_steps!r}")
-    if n_steps < 0:
-        raise ValueError(f"n_steps must be >= 0; got {n_steps}")
-    return _cccp(mu0, x, w, prior=prior, n_steps=int(n_steps))
-
-
-def _cccp_body(mu, x, w, prior):
-    s = _edge_potentials(mu, x, w)
-    a = core.weights(s) if prior == "hopfield" else core.weights(s.T).T
-    return a @ (x @ w.T)
-
-
-def _free_energy_inner(mu, x, w, prior):
-    s = _edge_potentials(mu, x, w)
-    lse = core.energy(s) if prior == "hopfield" else core.energy(s.T)
-    return 0.5 * jnp.sum(mu**2) + lse
-
-
-@partial(jax.jit, static_argnames=("prior", "n_steps"))
-def _cccp(mu0, x, w, prior, n_steps):
-    def step(mu, _):
-        new = _cccp_body(mu, x, w, prior)
-        return new, _free_energy_inner(new, x, w, prior)
-
-    mu, fs = jax.lax.scan(step, mu0, None, length=n_steps)
-    return mu, jnp.concatenate([_free_energy_inner(mu0, x, w, prior)[None], fs])

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from lse_energy import attention as A
+from lse_energy import structural
 from lse_energy import core
 from lse_energy.testing import assert_gradient, relative_error
 
@@ -347,13 +348,13 @@ def test_cccp_descends(prior):
         ks = jax.random.split(jax.random.key(100 + seed), 3)
         mu0, x = _normal(ks[0], (3, 4)), _normal(ks[1], (7, 5))
         w = _normal(ks[2], (4, 5), 0.8)
-        mu, trace = A.cccp(mu0, x, w, prior=prior, n_steps=30)
+        mu, trace = structural.cccp(mu0, x, w, prior=prior, n_steps=30)
         trace = np.asarray(trace)
         assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace[:-1]))
-        np.testing.assert_allclose(trace[0], A.collapsed_free_energy(mu0, x, w, prior=prior), rtol=1e-14)
+        np.testing.assert_allclose(trace[0], structural.energy(mu0, x, w, prior=prior), rtol=1e-14)
     # stationary point: the fixed point has zero gradient
-    mu_long, _ = A.cccp(mu0, x, w, prior=prior, n_steps=500)
-    g = jax.grad(lambda m: A.collapsed_free_energy(m, x, w, prior=prior))(mu_long)
+    mu_long, _ = structural.cccp(mu0, x, w, prior=prior, n_steps=500)
+    g = jax.grad(lambda m: structural.energy(m, x, w, prior=prior))(mu_long)
     assert np.max(np.abs(g)) < 1e-8
 
 
@@ -363,9 +364,9 @@ def test_cccp_normalisation_rows_vs_columns():
     w = jnp.eye(4)
     s = np.asarray(mu @ x.T)
     e = np.exp(s - s.max())
-    np.testing.assert_allclose(A.cccp_step(mu, x, w, prior="hopfield"), (e / e.sum(1, keepdims=True)) @ x,
+    np.testing.assert_allclose(structural.cccp_step(mu, x, w, prior="hopfield"), (e / e.sum(1, keepdims=True)) @ x,
                                rtol=1e-12)
-    np.testing.assert_allclose(A.cccp_step(mu, x, w, prior="slot"), (e / e.sum(0, keepdims=True)) @ x, rtol=1e-12)
+    np.testing.assert_allclose(structural.cccp_step(mu, x, w, prior="slot"), (e / e.sum(0, keepdims=True)) @ x, rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------
@@ -403,9 +404,9 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="table"):
         A.relative_position_bias(jnp.ones(4), 3)
     with pytest.raises(ValueError, match="prior"):
-        A.cccp_step(q, k, jnp.eye(2), prior="gmm")
+        structural.cccp_step(q, k, jnp.eye(2), prior="gmm")
     with pytest.raises(ValueError, match="w must have shape"):
-        A.cccp_step(q, k, jnp.eye(3))
+        structural.cccp_step(q, k, jnp.eye(3))
     with pytest.raises(ValueError, match="prior must be non-negative"):
         A.prior_energy(jnp.zeros((2, 3)), jnp.ones((2, 3)))
     with pytest.raises(ValueError, match="n_heads"):

@@ -34,7 +34,9 @@ if str(HERE) not in sys.path:
 
 import test_validation as V  # noqa: E402  (valid-argument factories)
 
-from lse_energy import attention, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention, structural  # noqa: E402
+from lse_energy import attention, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention  # noqa: E402
+from lse_energy import expanding, structural  # noqa: E402
+from lse_energy.experiments import structural_tasks as toy  # noqa: E402
 from lse_energy import anpc, pcn  # noqa: E402
 from lse_energy import mixture_pc as mpc  # noqa: E402
 
@@ -68,7 +70,7 @@ DRIVERS = {
     "slds.em_step": (slds.em_step, V.slds_energy),
     "slds.sample": (slds.sample, V.slds_sample),
     "hopfield.retrieve": (hopfield.retrieve, lambda: dict(V.hopfield_args(), steps=3, return_energy=True)),
-    "attention.cccp": (attention.cccp, V.cccp_args),
+    "structural.cccp": (structural.cccp, V.cccp_args),
     "slot_attention.fit": (slot_attention.fit, _slot_fit),
     "rbm.fit": (rbm.fit, _rbm_fit),
     "rbm.gibbs": (rbm.gibbs, V.rbm_gibbs),
@@ -78,7 +80,7 @@ DRIVERS = {
     "pcn.fit": (pcn.fit, V.pcn_train_args),
     "anpc.infer": (anpc.infer, V.anpc_infer_args),
     "diffusion.fit_mlp": (diffusion.fit_mlp, _diffusion_fit),
-    "structural.expanding_attention": (structural.expanding_attention, _expanding),
+    "expanding.attend": (expanding.attend, _expanding),
 }
 
 
@@ -108,7 +110,7 @@ def test_registry_names_every_fit():
     import lse_energy
 
     missing = []
-    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, structural):
+    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, toy):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue

@@ -43,7 +43,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
-from lse_energy import anpc, pcn
+from lse_energy import anpc, pcn, structural
 from lse_energy import mixture_pc as mpc
 from lse_energy.testing import relative_error
 
@@ -623,10 +623,10 @@ def _run_attention_cccp(prior):
     def run(seed, k, d):
         rng = np.random.default_rng(seed)
         mu, x, w = (jnp.asarray(rng.normal(size=s)) for s in ((k, d), (5, d + 1), (d, d + 1)))
-        energies = [attention.collapsed_free_energy(mu, x, w, prior=prior)]
+        energies = [structural.energy(mu, x, w, prior=prior)]
         for _ in range(5):
-            mu = attention.cccp_step(mu, x, w, prior=prior)
-            energies.append(attention.collapsed_free_energy(mu, x, w, prior=prior))
+            mu = structural.cccp_step(mu, x, w, prior=prior)
+            energies.append(structural.energy(mu, x, w, prior=prior))
         return energies
 
     return run
@@ -645,8 +645,8 @@ RUNS = {
     "slds.em_step": run_slds_em,
     "hopfield.update": run_hopfield,
     "slot_attention.cccp_step": run_slot_cccp,
-    "attention.cccp_step-hopfield": _run_attention_cccp("hopfield"),
-    "attention.cccp_step-slot": _run_attention_cccp("slot"),
+    "structural.cccp_step-hopfield": _run_attention_cccp("hopfield"),
+    "structural.cccp_step-slot": _run_attention_cccp("slot"),
     "mixture_pc.infer": run_pc_infer,
 }
 

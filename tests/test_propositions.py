@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from lse_energy import attention as A
-from lse_energy import structural as S
+from lse_energy import multihop
 
 N_INSTANCES = 100
 
@@ -55,7 +55,7 @@ def _instance(seed: int, n: int, *, self_edges: bool):
     return q, k, v, mask, P, np.asarray(v)
 
 
-@pytest.mark.parametrize("variant", S.VARIANTS)
+@pytest.mark.parametrize("variant", multihop.VARIANTS)
 def test_multihop_is_structural_expectation_without_self_edges(variant):
     """ch12, prop-multihop: with self-edges masked (P_ii = 0), A(P) V = E_phi[v(x, phi)] exactly."""
     worst = 0.0
@@ -63,12 +63,12 @@ def test_multihop_is_structural_expectation_without_self_edges(variant):
         n = 3 + seed % 3  # n = 3, 4, 5: up to 3125 structures
         q, k, v, mask, P, V = _instance(seed, n, self_edges=False)
         assert np.all(np.diag(P) == 0.0)
-        got = np.asarray(S.multihop_attend(q, k, v, variant=variant, mask=mask))
+        got = np.asarray(multihop.attend(q, k, v, variant=variant, mask=mask))
         worst = max(worst, float(np.max(np.abs(got - _structural_expectation(P, V, variant)))))
     assert worst < 1e-12, worst
 
 
-@pytest.mark.parametrize("variant", S.VARIANTS)
+@pytest.mark.parametrize("variant", multihop.VARIANTS)
 def test_multihop_is_not_structural_expectation_with_self_edges(variant):
     """ch12, prop-multihop: without the condition, A(P) V is only the independent-redraw approximation.
 
@@ -85,7 +85,7 @@ def test_multihop_is_not_structural_expectation_with_self_edges(variant):
         second = P @ P @ V - D @ (P @ V) + D @ V
         exact = P @ V + second if variant == "paper" else (V + P @ V + second) / 3.0
         assert np.max(np.abs(exact - brute)) < 1e-12
-        got = np.asarray(S.multihop_attend(q, k, v, variant=variant))
+        got = np.asarray(multihop.attend(q, k, v, variant=variant))
         gaps.append(float(np.max(np.abs(got - brute))))
     # With continuous random scores P_ii > 0 and x_i != (PX)_i, so every instance differs.
     assert min(gaps) > 1e-6, min(gaps)

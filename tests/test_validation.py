@@ -40,7 +40,8 @@ import pytest
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention
 from lse_energy import anpc, pcn
 from lse_energy import mixture_pc as mpc
-from lse_energy import structural
+from lse_energy import expanding, multihop, structural
+from lse_energy.experiments import structural_tasks as toy
 
 KINDS = (
     "shape",  # mismatched or wrong shapes
@@ -242,6 +243,34 @@ def pc_infer():
 # The registry
 # ---------------------------------------------------------------------------
 
+
+def mh_args():
+    return dict(q=_normal((4, 3)), k=_normal((4, 3), 1), v=_normal((4, 2), 2))
+
+
+def mh_params_args():
+    return dict(params=multihop.Params(wq=_normal((2, 3)), wk=_normal((2, 3), 1), wv=_normal((1, 3), 2)),
+                x=_normal((4, 3), 3))
+
+
+def mh_grad_args():
+    return dict(logits=_normal((4, 4)), v=_normal((4, 2), 1), g=_normal((4, 2), 2))
+
+
+def ex_args():
+    return dict(q=_normal((2, 3)), k=_normal((2, 6, 3), 1), v=_normal((2, 6, 1), 2))
+
+
+def ex_params_args():
+    return dict(params=expanding.Params(wq=_normal((2, 3)), wk=_normal((2, 3), 1), wv=_normal((1, 3), 2)),
+                x=_normal((2, 6, 3), 3))
+
+
+def ex_sims_args():
+    return dict(sims=_normal((2, 6)), q=jnp.array([0.3, 0.6]))
+
+
+
 C = Case
 CASES: list[Case] = [
     # --- core ---------------------------------------------------------------
@@ -387,12 +416,12 @@ CASES: list[Case] = [
       r"k must have at least one row \(N_K >= 1", "no_keys"),
     C(attention.init_multihead, "K", lambda: dict(d_model=4, n_heads=2, key=KEY), lambda a: dict(n_heads=0),
       r"n_heads must be an integer >= 1", "zero_heads"),
-    C(attention.cccp_step, "shape", structural_args, lambda a: dict(w=a["w"].T), r"w must have shape \(d_mu, d_x\)", "w_shape"),
-    C(attention.cccp, "positive", lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
+    C(structural.cccp_step, "shape", structural_args, lambda a: dict(w=a["w"].T), r"w must have shape \(d_mu, d_x\)", "w_shape"),
+    C(structural.cccp, "positive", lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
       lambda a: dict(n_steps=-1), r"n_steps must be >= 0", "negative_steps"),
-    C(attention.cccp, "dtype", lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
+    C(structural.cccp, "dtype", lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
       lambda a: dict(n_steps=1.5), r"n_steps must be a non-negative integer", "float_steps"),
-    C(attention.collapsed_free_energy, "type", structural_args, lambda a: dict(prior="rows"), r"prior must be one of", "prior"),
+    C(structural.energy, "type", structural_args, lambda a: dict(prior="rows"), r"prior must be one of", "prior"),
     C(attention.multihead_attention, "finite", mha_args,
       lambda a: dict(params=a["params"]._replace(wq=_nan_at(a["params"].wq))), r"params\.wq must be finite", "nan_wq"),
     C(attention.prior_energy, "shape", lambda: dict(sim=_normal((2, 3)), prior=jnp.full((2, 3), 1 / 3)),
@@ -689,9 +718,9 @@ CASES += [
     C(attention.prior_energy, "mask", prior_args, lambda a: dict(prior=a["prior"].at[1].set(0.0)),
       r"prior must be non-negative with rows summing to one", "empty_row"),
     C(attention.prior_energy, "finite", prior_args, lambda a: dict(sim=_nan_at(a["sim"], 4)), r"sim must be finite", "nan_sim"),
-    C(attention.cccp, "K", cccp_args, lambda a: dict(mu0=jnp.zeros((0, 3))), r"mu0 and x must each have at least one row",
+    C(structural.cccp, "K", cccp_args, lambda a: dict(mu0=jnp.zeros((0, 3))), r"mu0 and x must each have at least one row",
       "no_latents"),
-    C(attention.cccp, "finite", cccp_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
+    C(structural.cccp, "finite", cccp_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
     C(attention.init_attention, "K", lambda: dict(d_in=3, d_k=2, key=KEY), lambda a: dict(d_k=0), r"d_k must be an integer >= 1",
       "zero_dk"),
     C(attention.init_multihead, "dtype", lambda: dict(d_model=4, n_heads=2, key=KEY), lambda a: dict(n_heads=2.0),
@@ -762,6 +791,31 @@ CASES += [
       lambda a: dict(a=jnp.float64(1.0)), r"a must have at least one axis", "scalar"),
     C(sharding.shard_rows, "type", lambda: dict(a=_normal((5, 2)), mesh=sharding.data_mesh(1)),
       lambda a: dict(mesh="data"), r"mesh must be a jax.sharding.Mesh", "not_a_mesh"),
+    # multihop and expanding (Singh & Buckley §5)
+    C(multihop.attend, "shape", mh_args, lambda a: dict(v=_normal((3, 2))), r"v must have one row per key", "v_rows"),
+    C(multihop.attend, "finite", mh_args, lambda a: dict(q=_nan_at(a["q"])), r"q must be finite", "nan_q"),
+    C(multihop.attend, "beta", mh_args, lambda a: dict(beta=0.0), r"beta must be a finite scalar > 0", "zero_beta"),
+    C(multihop.attend, "mask", mh_args, lambda a: dict(mask=jnp.zeros((4, 4), bool)), r"mask", "empty_rows"),
+    C(multihop.attend, "type", mh_args, lambda a: dict(variant="three_hop"), r"variant must be one of", "variant"),
+    C(multihop.attention, "type", mh_params_args, lambda a: dict(params=tuple(a["params"])),
+      r"params must be multihop\.Params", "tuple_params"),
+    C(multihop.attention, "shape", mh_params_args, lambda a: dict(x=_normal((4, 5))), r"params\.wq must have shape",
+      "x_width"),
+    C(multihop.hop_matrix, "shape", lambda: dict(p=jnp.full((3, 3), 1 / 3)), lambda a: dict(p=jnp.full((3, 2), 0.5)),
+      r"p must be square", "not_square"),
+    C(expanding.attend, "shape", ex_args, lambda a: dict(k=_normal((2, 6, 4))), r"q and k must share", "k_width"),
+    C(expanding.attend, "finite", ex_args, lambda a: dict(v=_nan_at(a["v"])), r"v must be finite", "nan_v"),
+    C(expanding.attend, "K", ex_args, lambda a: dict(max_steps=-1), r"max_steps must be an integer >= 0", "negative_steps"),
+    C(expanding.attend, "positive", ex_args, lambda a: dict(alpha0=-1.0), r"alpha0 must be finite and > 0", "alpha0"),
+    C(expanding.attend, "positive", ex_args, lambda a: dict(eps=1.5), r"eps must be a number in \(0, 1\)", "eps"),
+    C(expanding.attend, "mask", ex_args, lambda a: dict(mask=jnp.ones((2, 6), bool).at[:, 0].set(False)),
+      r"mask\[\.\.\., 0\] must be True", "no_nearest_key"),
+    C(expanding.energy, "domain", ex_sims_args, lambda a: dict(q=jnp.array([0.3, 1.5])),
+      r"q must lie strictly between 0 and 1", "q_above_one"),
+    C(expanding.attention, "type", ex_params_args, lambda a: dict(params=multihop.Params(*a["params"])),
+      r"params must be expanding\.Params", "multihop_params"),
+    C(expanding.attention, "shape", ex_params_args, lambda a: dict(x=_normal((2, 1, 3))), r"x must hold at least 2 tokens",
+      "one_token"),
 ]
 
 
@@ -834,9 +888,22 @@ INT_INPUTS = [
     (attention.prior_energy, prior_args, "sim"),
     (attention.multihead_attention, mha_args, "xq"),
     (attention.relative_position_bias, lambda: dict(table=_normal(5), n=3), "table"),
-    (attention.collapsed_free_energy, structural_args, "w"),
-    (attention.cccp_step, structural_args, "mu"),
-    (attention.cccp, cccp_args, "mu0"),
+    (structural.energy, structural_args, "w"),
+    (structural.cccp_step, structural_args, "mu"),
+    (structural.cccp, cccp_args, "mu0"),
+    # multihop and expanding
+    (multihop.hop_matrix, lambda: dict(p=jnp.full((3, 3), 1 / 3)), "p"),
+    (multihop.attend, mh_args, "k"),
+    (multihop.attention, mh_params_args, "x"),
+    (multihop.grad_logits, mh_grad_args, "logits"),
+    (expanding.log_prior, lambda: dict(q=jnp.array([0.3]), n=4), "q"),
+    (expanding.window_size, lambda: dict(q=jnp.array([0.3]), eps=0.01), "q"),
+    (expanding.posterior, ex_sims_args, "sims"),
+    (expanding.energy, ex_sims_args, "sims"),
+    (expanding.grad_sims, ex_sims_args, "sims"),
+    (expanding.grad_q, ex_sims_args, "q"),
+    (expanding.attend, ex_args, "q"),
+    (expanding.attention, ex_params_args, "x"),
     # predictive coding
     (mpc.predict, pc_mlp, "mu"),
     (mpc.sim, pc_mixture, "x"),
@@ -1027,7 +1094,10 @@ REQUIRED = {
     "pcn": {"shape", "finite", "K", "positive", "dtype"},
     "anpc": {"shape", "finite", "K", "positive", "dtype"},
     "sharding": {"shape", "finite", "K", "beta", "dtype", "diverge"},
-    "structural": {"diverge"},
+    "structural": {"shape", "finite", "K", "positive", "dtype", "type"},
+    "multihop": {"shape", "finite", "beta", "mask", "dtype", "type"},
+    "expanding": {"shape", "finite", "K", "positive", "mask", "dtype", "domain"},
+    "structural_tasks": {"diverge"},
 }
 for _m in ("gmm", "slds", "slot_attention", "rbm", "diffusion", "mixture_pc", "pcn"):
     REQUIRED[_m] = REQUIRED[_m] | {"diverge"}
@@ -1094,17 +1164,17 @@ CASES += [
       "huge_rate"),
     C(diffusion.fit_mlp, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "fit_mlp: " + DIVERGE,
       "huge_rate"),
-    C(structural.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
+    C(toy.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
       r"run_multihop_experiments \(one_layer\): " + DIVERGE, "huge_rate"),
-    C(structural.run_expanding_experiment, "diverge", expanding_run, lambda a: dict(optimizer=_HUGE_STEP),
+    C(toy.run_expanding_experiment, "diverge", expanding_run, lambda a: dict(optimizer=_HUGE_STEP),
       r"run_expanding_experiment \(expanding\): " + DIVERGE, "huge_rate"),
 ]
 
 # Every public fit, trainer and training run (the drivers that take many steps on
 # their own) has a "diverge" case.
 FITS = {gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
-        diffusion.fit_mlp, structural.run_multihop_experiment, structural.run_multihop_experiments,
-        structural.run_expanding_experiment}
+        diffusion.fit_mlp, toy.run_multihop_experiment, toy.run_multihop_experiments,
+        toy.run_expanding_experiment}
 
 
 def test_every_fit_has_a_diverge_case():
@@ -1114,7 +1184,7 @@ def test_every_fit_has_a_diverge_case():
     # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
     missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
     assert not missing, missing
-    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, structural):
+    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, toy):
         for name, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ == mod.__name__ and not name.startswith("_") and (
                     name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
@@ -1146,13 +1216,17 @@ NO_CONTINUOUS_ARRAY = {
     "diffusion": {"linear_schedule", "sigmas", "kl_weight", "effective_beta", "time_embedding", "init_mlp"},
     "sharding": {"data_mesh", "shard_rows"},
     "gmm": set(),
+    "structural": set(),
+    "multihop": set(),
+    "expanding": {"self_attention_ops"},
 }
 
 
 def test_every_continuous_input_has_an_integer_dtype_case():
     import inspect
 
-    modules = dict(attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, rbm=rbm, slds=slds, slot_attention=slot_attention,
+    modules = dict(attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
+                   expanding=expanding, rbm=rbm, slds=slds, slot_attention=slot_attention,
                    diffusion=diffusion, sharding=sharding, gmm=gmm)
     with_case = {(c.module, c.fn.__name__) for c in CASES if c.kind == "dtype"}
     for name, module in modules.items():

@@ -1,0 +1,556 @@
+r"""Expanding attention: a geometric prior over the attended distance with a Beta hyper-prior.
+
+Singh & Buckley (2023), *Attention as implicit structural inference* (seed
+``002_…``), §5: changing the structural prior of attention.
+
+**Expanding attention** (prior). A query attends to one earlier token at
+distance :math:`\phi \in \{0, 1, 2, \dots\}` (0 = the nearest key), with a
+geometric prior :math:`p(\phi \mid q) = q (1 - q)^\phi` and a conjugate
+hyper-prior :math:`q \sim \mathrm{Beta}(\alpha, \beta)`. The truncated
+mean-field updates of §5 are
+
+1. :math:`q_t = \alpha_t / (\alpha_t + \beta_t)`,
+2. :math:`p_t = p(\phi \mid x, q_t) = \mathrm{softmax}_{i < H(q_t)}\big(s_i + \ln q_t + i \ln(1 - q_t)\big)`,
+3. :math:`\alpha_{t+1} = \alpha_t + 1`, :math:`\beta_{t+1} = \beta_t + \sum_{i < H(q_t)} i\, (p_t)_i`,
+
+where :math:`s_i` is the (scaled) query-key dot product and the window
+:math:`H(q) = \lceil \ln \varepsilon / \ln(1 - q) \rceil` is the smallest
+:math:`H` whose prior tail :math:`P(\phi \ge H) = (1 - q)^H` is at most
+:math:`\varepsilon`. The seed lost these symbols in PDF extraction; they are
+rebuilt here from its text.
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import _validate, core
+
+Array = jax.Array
+
+__all__ = [
+    "log_prior",
+    "window_size",
+    "posterior",
+    "energy",
+    "grad_sims",
+    "grad_q",
+    "Result",
+    "attend",
+    "Params",
+    "attention",
+    "self_attention_ops",
+]
+
+
+def _check_positive(name, x):
+    if _validate.is_concrete(x):
+        a = np.asarray(x)
+        if not np.all(np.isfinite(a)) or not np.all(a > 0):
+            raise ValueError(f"{name} must be finite and > 0; got {x!r}")
+
+def _check_q(q):
+    q = _validate.float_array("q", q)
+    if _validate.is_concrete(q):
+        a = np.asarray(q)
+        if not np.all((a > 0) & (a < 1)):
+            raise ValueError("q must lie strictly between 0 and 1")
+    return q
+
+
+
+
+
+
+
+def log_prior(q, n: int) -> Array:
+    r""":math:`\ln p(\phi = i \mid q) = \ln q + i \ln(1 - q)`, :math:`i = 0, \dots, n-1`.
+
+    Args:
+      q: ``(...)`` success probabilities in (0, 1).
+      n: number of distances.
+
+    Returns:
+      ``(..., n)``.
+    """
+    q = _check_q(q)
+    n = _validate.count("n", n, 1)
+    return _log_prior(q, n)
+
+
+def _log_prior(q, n):
+    i = jnp.arange(n, dtype=q.dtype)
+    return jnp.log(q)[..., None] + i * jnp.log1p(-q)[..., None]
+
+
+def window_size(q, eps: float) -> Array:
+    r"""Truncation horizon :math:`H(q) = \lceil \ln\varepsilon / \ln(1 - q) \rceil`.
+
+    The geometric tail is :math:`P(\phi \ge H) = \sum_{i \ge H} q(1-q)^i = (1 - q)^H`,
+    so :math:`(1-q)^H \le \varepsilon \iff H \ge \ln\varepsilon / \ln(1-q)`
+    (both logarithms are negative). Returns the smallest such integer (at
+    least 1) as int32.
+    """
+    q = _check_q(q)
+    return _window(q, _validate.open_unit("eps", eps))
+
+
+def _window(q, eps):
+    h = jnp.ceil(math.log(eps) / jnp.log1p(-jax.lax.stop_gradient(q)))
+    return jnp.maximum(h, 1.0).astype(jnp.int32)
+
+
+def _window_mask(h, n, mask):
+    inside = jnp.arange(n) < h[..., None]
+    return inside if mask is None else inside & mask
+
+
+def posterior(sims, q, *, window=None, mask=None) -> Array:
+    r"""Posterior over the attended distance, step 2 of the mean-field updates.
+
+    .. math:: p(\phi = i \mid x, q) = \frac{q (1-q)^i e^{s_i}}{\sum_{i' < H} q (1-q)^{i'} e^{s_{i'}}},
+              \qquad i < H,
+
+    i.e. ``core.weights(s + ln p(phi | q))`` restricted to the window.
+
+    Args:
+      sims: ``(..., n)`` similarities :math:`s_i` of the query to the key at distance ``i``.
+      q: ``(...)`` geometric parameter.
+      window: optional ``(...)`` integer :math:`H`; ``None`` uses all ``n``.
+      mask: optional boolean ``(..., n)`` of existing keys.
+
+    Returns:
+      ``(..., n)``, zero outside the window.
+    """
+    sims = _validate.float_array("sims", sims, min_ndim=1)
+    q = _check_q(q)
+    w = _geo_mask(sims, window, mask)
+    return _weights_last(sims + _log_prior(q, sims.shape[-1]), w)
+
+
+def _weights_last(s, mask):
+    # core.weights over the last axis for any number of leading axes (it needs a child axis).
+    return core.weights(s[..., None, :], None if mask is None else mask[..., None, :])[..., 0, :]
+
+
+def _geo_mask(sims, window, mask):
+    n = sims.shape[-1]
+    if window is None:
+        return mask
+    return _window_mask(jnp.asarray(window), n, mask)
+
+
+def energy(sims, q, *, window=None, mask=None) -> Array:
+    r"""Energy of the query under the geometric prior: :math:`-\sum \ln \sum_{i<H} q(1-q)^i e^{s_i}`.
+
+    The log-sum-exp energy (Tschantz eq. 2) with the log-prior as a bias
+    (Singh & Buckley §6), one child per leading index; built on
+    :func:`lse_energy.core.energy`. It is :math:`-\ln p(x \mid q)` up to the
+    node potentials, so its minimiser in :math:`q` is the maximum-likelihood
+    geometric parameter.
+
+    Returns:
+      Scalar (summed over leading axes).
+    """
+    sims = _validate.float_array("sims", sims, min_ndim=1)
+    q = _check_q(q)
+    w = _geo_mask(sims, window, mask)
+    s = (sims + _log_prior(q, sims.shape[-1]))[..., None, :]
+    return core.energy(s, None if w is None else w[..., None, :])
+
+
+def grad_sims(sims, q, *, window=None, mask=None) -> Array:
+    r""":math:`\partial E / \partial s_i = -p(\phi = i \mid x, q)` (Tschantz eq. 4 with sim = :math:`s_i`)."""
+    return -posterior(sims, q, window=window, mask=mask)
+
+
+def grad_q(sims, q, *, window=None, mask=None) -> Array:
+    r""":math:`\partial E / \partial q = -\big(1/q - m / (1 - q)\big)`, :math:`m = \sum_i i\, p(\phi = i \mid x, q)`.
+
+    From eq. (4): the weights times :math:`\partial_q[\ln q + i \ln(1-q)] = 1/q - i/(1-q)`.
+    Setting it to zero gives :math:`q = 1/(1 + m)`: the maximum-likelihood
+    geometric parameter matches the posterior's mean distance, the fixed
+    point of the mean-field iteration as :math:`t \to \infty`.
+
+    Returns:
+      ``(...)``, the shape of ``q``.
+    """
+    p = posterior(sims, q, window=window, mask=mask)
+    m = jnp.sum(jnp.arange(p.shape[-1], dtype=p.dtype) * p, axis=-1)
+    return -(1.0 / q - m / (1.0 - q))
+
+
+class Result(NamedTuple):
+    r"""What :func:`attend` returns (one entry per query; leading axes ``...``).
+
+    Attributes:
+      output: ``(..., d_v)``, :math:`\sum_{i < H_T} (p_T)_i v_i`.
+      window: ``(...)`` int, :math:`H_T = H(q_T)`, the window at convergence.
+      iterations: ``(...)`` int, number of mean-field updates taken, :math:`T`.
+      ops: ``(...)`` float, the operations this call performed,
+        :math:`d\,D + \sum_{t=0}^{T-1} H_t + H_T + d_v H_T`: the :math:`D`
+        dot products it actually computed (``dots``: all ``n`` keys on the
+        dense path, ``cap`` on the truncated one, summed over the attempts of
+        ``max_window="auto"``), one re-weighting per iteration over its window
+        (plus the final one) and the value sum. The idealised cached algorithm
+        computes only :math:`D = H_{\max}` dot products (``max_window``);
+        compare :func:`self_attention_ops`.
+      converged: ``(...)`` bool, :math:`|q_{t+1} - q_t| < \mathrm{tol}` reached.
+      q: ``(...)``, :math:`q_T`.
+      alpha, beta: ``(...)``, :math:`\alpha_T, \beta_T`.
+      weights: ``(..., m)``, :math:`p_T` (zero outside the window) over the
+        first ``m`` keys: ``m = n`` on the dense path, the cap on the
+        truncated one (the keys beyond it have weight zero when there is no
+        overflow).
+      q_trace: ``(..., max_steps + 1)``, :math:`q_0, q_1, \dots` (held at
+        :math:`q_T` after convergence).
+      max_window: ``(...)`` int, :math:`H_{\max} = \max_{t \le T} H_t`.
+      dots: ``(...)`` int, dot products computed for this query (see ``ops``).
+      overflow: ``(...)`` bool, the truncated path needed a window larger than
+        its cap (the result is then *not* the dense one; always ``False`` on
+        the dense path and after ``max_window="auto"``).
+    """
+
+    output: Array
+    window: Array
+    iterations: Array
+    ops: Array
+    converged: Array
+    q: Array
+    alpha: Array
+    beta: Array
+    weights: Array
+    q_trace: Array
+    max_window: Array
+    dots: Array
+    overflow: Array
+
+
+def _check_max_window(max_window, n):
+    if max_window is None or max_window == "auto":
+        return max_window
+    return min(_validate.count("max_window", max_window, 1), n)
+
+
+def _auto_start(alpha0, beta0, eps, n):
+    # Smallest power of two >= 32 and >= 2 H(q_0): windows usually grow from H(q_0) as q_t falls.
+    q0 = np.asarray(alpha0, float) / (np.asarray(alpha0, float) + np.asarray(beta0, float))
+    h0 = int(np.max(np.ceil(math.log(eps) / np.log1p(-q0))))
+    return min(n, 1 << max(5, (2 * max(h0, 1) - 1).bit_length()))
+
+
+def attend(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3,
+                        max_steps: int = 100, scale=None, mask=None, max_window=None) -> Result:
+    r"""Expanding attention: geometric prior over the attended distance, Beta hyper-prior.
+
+    Keys are ordered by distance from the query: ``k[..., i, :]`` is the key
+    ``i + 1`` positions back (``i = 0`` the nearest). The dot products
+    :math:`s_i = \mathrm{scale}\; q^\top k_i` are computed once and cached;
+    each mean-field step (module docstring, steps 1–3) only re-weights them
+    with the log-prior of the current :math:`q_t` inside the window
+    :math:`H(q_t)`. Iteration stops at the first :math:`t` with
+    :math:`|q_{t+1} - q_t| < \mathrm{tol}` or after ``max_steps`` updates;
+    the output is the posterior expectation of the values under
+    :math:`q_T` (window :math:`H(q_T)`).
+
+    **Dense path** (``max_window=None``): a jitted ``lax.scan`` of
+    ``max_steps`` steps over all ``n`` dot products that freezes the state
+    once converged, so it works under ``jit``/``grad`` (the windows are
+    integers and carry no gradient). Use it for training.
+
+    **Truncated path** (``max_window=cap``): computes only the first ``cap``
+    dot products and runs the same updates on them (a ``lax.while_loop`` that
+    stops when every query has converged; forward only). *Exactness:* step 2
+    at iteration :math:`t` reads only :math:`s_i` and ``mask`` for
+    :math:`i < H_t`, and :math:`H_t = \min(H(q_t), n)` is a function of
+    :math:`q_t` alone. So if :math:`H_t \le \mathrm{cap}` for every
+    :math:`t \le T`, by induction on :math:`t` both paths see the same
+    numbers and produce the same :math:`(\alpha_t, \beta_t, q_t)`, windows,
+    iteration counts, weights and output (equal up to floating-point
+    summation order). At the first step where :math:`H_t > \mathrm{cap}` the
+    two states are still equal, so that step is detected exactly; it is
+    reported in ``overflow`` (and the query's result is then that of a
+    window clipped at ``cap``). ``max_window="auto"`` (concrete inputs only)
+    starts from a small power of two (at least 32 and :math:`2 H(q_0)`), doubles the cap on the host until no
+    query overflows (at worst ``cap = n``, which cannot overflow) and returns
+    that exact result; ``ops`` and ``dots`` include the failed attempts. An
+    integer cap is static and usable under ``jit``.
+
+    Args:
+      q: ``(..., d)`` queries.
+      k: ``(..., n, d)`` keys in distance order.
+      v: ``(..., n, d_v)`` values in the same order.
+      alpha0, beta0: Beta hyper-prior parameters, ``> 0`` (scalars or ``(...)``).
+      eps: prior tail mass left outside the window, in (0, 1).
+      tol: convergence tolerance on :math:`q`, ``> 0``.
+      max_steps: step limit, ``>= 0`` (0 evaluates the prior mean :math:`q_0`).
+      scale: inverse temperature; ``None`` means :math:`1/\sqrt{d}`.
+      mask: optional boolean ``(..., n)`` of existing keys (``mask[..., 0]``
+        must be ``True``).
+      max_window: ``None`` (dense), an integer ``cap >= 1`` (truncated,
+        clipped to ``n``) or ``"auto"``.
+
+    Returns:
+      :class:`Result`.
+    """
+    q = _validate.float_array("q", q, min_ndim=1)
+    k = _validate.float_array("k", k, min_ndim=2)
+    v = _validate.float_array("v", v, min_ndim=2)
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"q and k must share their feature dimension; got q{q.shape}, k{k.shape}")
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(f"v must have one row per key; got k{k.shape}, v{v.shape}")
+    _check_positive("alpha0", alpha0)
+    _check_positive("beta0", beta0)
+    eps = _validate.open_unit("eps", eps)
+    if not (isinstance(tol, (float, int)) and tol > 0):
+        raise ValueError(f"tol must be a number > 0; got {tol!r}")
+    max_steps = _validate.count("max_steps", max_steps, 0)
+    if scale is None:
+        scale = 1.0 / math.sqrt(q.shape[-1])
+    _check_positive("scale", scale)
+    if mask is not None:
+        mask = jnp.asarray(mask)
+        if mask.dtype != jnp.bool_ or mask.shape[-1] != k.shape[-2]:
+            raise ValueError(f"mask must be boolean (..., n={k.shape[-2]}); got {mask.dtype}{mask.shape}")
+        if _validate.is_concrete(mask) and not bool(np.all(np.asarray(mask)[..., 0])):
+            raise ValueError("mask[..., 0] must be True: every query needs its nearest key")
+    n = k.shape[-2]
+    max_window = _check_max_window(max_window, n)
+    a0, b0 = jnp.asarray(alpha0, q.dtype), jnp.asarray(beta0, q.dtype)
+    kw = dict(eps=eps, tol=float(tol), max_steps=max_steps, scale=scale)
+    if max_window is None:
+        return _expanding(q, k, v, a0, b0, mask, **kw)
+    if max_window != "auto":
+        return _expanding_trunc(q, k, v, a0, b0, mask, _nothing_spent(q.shape[:-1], q.dtype), cap=max_window,
+                                stop_on_overflow=False, **kw)
+    if not _validate.is_concrete(q, k, v, a0, b0):
+        raise ValueError('max_window="auto" needs concrete inputs (it chooses the cap on the host); '
+                         "under jit pass an integer cap or None")
+    return _auto_cap(lambda cap, stop, spent: _expanding_trunc(q, k, v, a0, b0, mask, spent, cap=cap,
+                                                               stop_on_overflow=stop, **kw),
+                     _auto_start(alpha0, beta0, eps, n), n, _nothing_spent(q.shape[:-1], q.dtype))
+
+
+def _nothing_spent(batch, dtype):
+    # (ops, dots) of no failed attempt, with the shapes of later ones (one compilation per cap).
+    return np.zeros(batch, dtype), np.zeros(batch, np.int32)
+
+
+def _auto_cap(run, cap, n, spent):
+    """Double ``cap`` until ``run(cap, stop, spent)`` has no overflow; ops and dots include the failed attempts."""
+    while cap < n:
+        res = run(cap, True, spent)  # stops at the first overflow: the attempt is discarded anyway
+        if not np.any(np.asarray(res.overflow)):
+            return res
+        spent = (res.ops, res.dots)
+        cap = min(2 * cap, n)
+    return run(n, False, spent)
+
+
+def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, stop_on_overflow=False):
+    r"""The mean-field iteration on the cached similarities ``sims (..., m)`` of the first ``m <= n`` keys.
+
+    Windows are :math:`\min(H(q_t), n)`; a window above ``m`` is clipped to
+    ``m`` and flagged in ``overflow`` (impossible when ``m == n``).
+    ``loop="scan"`` runs ``max_steps`` frozen-after-convergence steps
+    (reverse-differentiable); ``"while"`` stops when every query has
+    converged (or, with ``stop_on_overflow``, when any query overflowed).
+    Inside the loop step 3 needs only the posterior mean distance
+    :math:`m_t = \sum_i i\,(p_t)_i = \sum_i i\, e_i / \sum_i e_i` with
+    :math:`e_i = \exp(s_i + i \ln(1 - q_t) - c)` on the window (:math:`\ln q_t`
+    and the shift :math:`c` cancel), so the loop skips the normalised
+    weights; the final posterior is ``core.weights`` of the log-prior-biased
+    similarities.
+    """
+    m, dv = sims.shape[-1], v.shape[-1]
+    batch = sims.shape[:-1]
+    dist = jnp.arange(m, dtype=sims.dtype)
+
+    def window(qt):
+        h = jnp.minimum(_window(qt, eps), n)
+        return jnp.minimum(h, m), h > m
+
+    def inside(h):
+        return _window_mask(h, m, mask)
+
+    def mean_distance(qt, h):
+        logit = jnp.where(inside(h), sims + dist * jnp.log1p(-qt)[..., None], -jnp.inf)
+        e = jnp.exp(logit - jax.lax.stop_gradient(jnp.max(logit, axis=-1, keepdims=True)))
+        return jnp.sum(dist * e, axis=-1) / jnp.sum(e, axis=-1)
+
+    a = jnp.broadcast_to(alpha0, batch)
+    b = jnp.broadcast_to(beta0, batch)
+    q0 = a / (a + b)
+    zeros_i = jnp.zeros(batch, jnp.int32)
+    false = jnp.zeros(batch, bool)
+
+    def step(carry):
+        a, b, done, t, hmax, hsum, over = carry
+        qt = a / (a + b)                                    # 1.
+        h, o = window(qt)
+        a1, b1 = a + 1.0, b + mean_distance(qt, h)          # 2. and 3.
+        conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
+        live = ~done
+        a = jnp.where(live, a1, a)
+        b = jnp.where(live, b1, b)
+        return (a, b, done | conv, t + live, jnp.where(live, jnp.maximum(hmax, h), hmax),
+                hsum + jnp.where(live, h, 0), over | (live & o))
+
+    init = (a, b, false, zeros_i, zeros_i, zeros_i, false)
+    if loop == "scan":
+        def scan_step(carry, _):
+            carry = step(carry)
+            return carry, carry[0] / (carry[0] + carry[1])
+
+        carry, qs = jax.lax.scan(scan_step, init, None, length=max_steps)
+        trace = jnp.concatenate([q0[..., None], jnp.moveaxis(qs, 0, -1)], axis=-1)
+    else:
+        trace0 = jnp.zeros((max_steps + 1,) + batch, sims.dtype).at[0].set(q0)
+
+        def cond(c):
+            j, carry, _ = c
+            go = (j < max_steps) & ~jnp.all(carry[2])
+            return go & ~(stop_on_overflow & jnp.any(carry[6]))
+
+        def body(c):
+            j, carry, tr = c
+            carry = step(carry)
+            return j + 1, carry, tr.at[j + 1].set(carry[0] / (carry[0] + carry[1]))
+
+        j, carry, trace = jax.lax.while_loop(cond, body, (jnp.asarray(0), init, trace0))
+        qh = carry[0] / (carry[0] + carry[1])
+        trace = jnp.where(jnp.arange(max_steps + 1) > j, qh[..., None], jnp.moveaxis(trace, 0, -1))  # held
+    a, b, done, t, hmax, hsum, over = carry
+    qT = a / (a + b)
+    h, o = window(qT)
+    p = _weights_last(sims + _log_prior(qT, m), inside(h))
+    over = over | o
+    hmax = jnp.maximum(hmax, h)
+    out = jnp.einsum("...n,...ne->...e", p, v)
+    d_ops = hsum + h + dv * h
+    return Result(output=out, window=h, iterations=t, ops=d_ops.astype(sims.dtype), converged=done,
+                           q=qT, alpha=a, beta=b, weights=p, q_trace=trace, max_window=hmax,
+                           dots=jnp.full(batch, m, jnp.int32), overflow=over)
+
+
+def _add_dot_ops(res, d):
+    return res._replace(ops=res.ops + d * res.dots.astype(res.ops.dtype))
+
+
+@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
+def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_steps, scale):
+    n, d = k.shape[-2], k.shape[-1]
+    sims = scale * jnp.einsum("...d,...nd->...n", q, k)  # computed once, reused by every step
+    res = _meanfield(sims, v, alpha0, beta0, mask, n, eps=eps, tol=tol, max_steps=max_steps, loop="scan")
+    return _add_dot_ops(res, d)
+
+
+@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
+def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overflow, eps, tol, max_steps, scale):
+    n, d = k.shape[-2], k.shape[-1]
+    return _trunc_core(q, k[..., :cap, :], v[..., :cap, :], alpha0, beta0,
+                       None if mask is None else mask[..., :cap], n, d, spent, stop_on_overflow=stop_on_overflow,
+                       eps=eps, tol=tol, max_steps=max_steps, scale=scale)
+
+
+def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflow, eps, tol, max_steps, scale):
+    # kc, vc: the first cap keys/values; spent = (ops, dots) of failed attempts (max_window="auto"), added
+    # here. Nothing of length n is touched: the weights stay (..., cap).
+    sims = scale * jnp.einsum("...d,...nd->...n", q, kc)  # only the first cap dot products
+    res = _meanfield(sims, vc, alpha0, beta0, maskc, n, eps=eps, tol=tol, max_steps=max_steps, loop="while",
+                     stop_on_overflow=stop_on_overflow)
+    res = _add_dot_ops(res, d)
+    return res._replace(ops=res.ops + spent[0], dots=res.dots + spent[1])
+
+
+class Params(NamedTuple):
+    r"""One expanding-attention head over tokens ``x: (..., N, d)``, read out at the last token.
+
+    .. math:: q = W_Q x_N, \quad k_i = W_K x_{N-1-i}, \quad v_i = W_V x_{N-1-i}
+              \quad (i = 0 \text{ the nearest earlier token}).
+
+    Attributes:
+      wq: ``(d_k, d)``, :math:`W_Q`.
+      wk: ``(d_k, d)``, :math:`W_K`.
+      wv: ``(d_v, d)``, :math:`W_V`.
+    """
+
+    wq: Array
+    wk: Array
+    wv: Array
+
+
+def attention(params: Params, x, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3,
+              max_steps: int = 100, max_window=None) -> Result:
+    r"""Expanding attention of the last token of ``x: (B, N, d)`` over the ``N - 1`` tokens before it.
+
+    The query :math:`W_Q x_N` attends to the earlier tokens in distance
+    order with the geometric prior of :func:`attend` (scale
+    :math:`1/\sqrt{d_k}`). ``max_window`` is that of :func:`attend`: with an
+    integer or ``"auto"`` cap only the ``cap`` tokens nearest the query are
+    projected to keys and values and scored (exact whenever no window
+    exceeds the cap, which ``"auto"`` guarantees and ``result.overflow``
+    reports). Works under ``jit`` with ``max_window`` ``None`` or an integer.
+
+    Returns:
+      :class:`Result` with ``output: (B, d_v)``.
+    """
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be expanding.Params; got {type(params).__name__}")
+    x = _validate.float_array("x", x, min_ndim=3)
+    if x.shape[-2] < 2:
+        raise ValueError(f"x must hold at least 2 tokens (keys and the query); got shape {x.shape}")
+    eps, tol, max_steps = _validate.open_unit("eps", eps), float(tol), _validate.count("max_steps", max_steps, 0)
+    _check_positive("alpha0", alpha0)
+    _check_positive("beta0", beta0)
+    n_keys = x.shape[-2] - 1
+    mw = _check_max_window(max_window, n_keys)
+    a0, b0 = jnp.asarray(alpha0, x.dtype), jnp.asarray(beta0, x.dtype)
+    kw = dict(eps=eps, tol=tol, max_steps=max_steps)
+    if mw is None:
+        return _attention_dense(params, x, a0, b0, **kw)
+    if mw != "auto":
+        return _attention_trunc(params, x, a0, b0, _nothing_spent(x.shape[:1], x.dtype), cap=mw,
+                                stop_on_overflow=False, **kw)
+    if not _validate.is_concrete(x, a0, b0, *params):
+        raise ValueError('max_window="auto" needs concrete inputs (it chooses the cap on the host); '
+                         "under jit pass an integer cap or None")
+    return _auto_cap(lambda cap, stop, spent: _attention_trunc(params, x, a0, b0, spent, cap=cap,
+                                                               stop_on_overflow=stop, **kw),
+                     _auto_start(alpha0, beta0, eps, n_keys), n_keys, _nothing_spent(x.shape[:1], x.dtype))
+
+
+@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
+def _attention_dense(params, x, alpha0, beta0, *, eps, tol, max_steps):
+    q = x[:, -1] @ params.wq.T
+    ctx = x[:, -2::-1]  # keys/values in distance order: index i = token i + 1 back
+    k, v = ctx @ params.wk.T, ctx @ params.wv.T
+    return _expanding(q, k, v, alpha0, beta0, None, eps=eps, tol=tol, max_steps=max_steps,
+                      scale=1.0 / math.sqrt(q.shape[-1]))
+
+
+@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
+def _attention_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, eps, tol, max_steps):
+    n_keys = x.shape[-2] - 1
+    ctx = x[:, n_keys - cap:n_keys][:, ::-1]  # the cap tokens nearest the query, in distance order
+    q = x[:, -1] @ params.wq.T
+    k, v = ctx @ params.wk.T, ctx @ params.wv.T  # only cap keys and values are projected
+    return _trunc_core(q, k, v, alpha0, beta0, None, n_keys, q.shape[-1], spent, stop_on_overflow=stop_on_overflow,
+                       eps=eps, tol=tol, max_steps=max_steps, scale=1.0 / math.sqrt(q.shape[-1]))
+
+
+def self_attention_ops(n: int, d: int, d_v: int) -> int:
+    r"""Operation count of one query of ordinary attention over ``n`` keys: :math:`n d + n + n d_v`.
+
+    (``n`` dot products of width ``d``, one softmax pass, the value sum; the
+    same accounting as :attr:`Result.ops`.)
+    """
+    n, d, d_v = _validate.count("n", n, 1), _validate.count("d", d, 1), _validate.count("d_v", d_v, 1)
+    return n * d + n + n * d_v
