@@ -210,3 +210,33 @@ def open_unit(name: str, value) -> float:
     if isinstance(value, bool) or not (isinstance(value, (float, int)) and 0 < value < 1):
         raise ValueError(f"{name} must be a number in (0, 1); got {value!r}")
     return float(value)
+
+
+def points(name: str, a, d=None) -> Array:
+    """A floating, finite, non-empty ``(rows, d)`` array (with ``d`` columns when given)."""
+    a = jnp.asarray(a)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must have shape (rows, d); got shape {a.shape}")
+    if not jnp.issubdtype(a.dtype, jnp.floating):
+        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
+    if a.shape[0] == 0 or a.shape[1] == 0:
+        raise ValueError(f"{name} must be non-empty; got shape {a.shape}")
+    if d is not None and a.shape[1] != d:
+        raise ValueError(f"{name} has dimension d = {a.shape[1]} but data have d = {d}")
+    if is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
+        raise ValueError(f"{name} must be finite")
+    return a
+
+
+def time_steps(t, n_steps: int, batch: int) -> Array:
+    """Integer time step(s) ``t`` in ``1..n_steps``, a scalar or ``(batch,)``, broadcast to ``(batch,)``."""
+    t = jnp.asarray(t)
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise ValueError(f"t must be an integer time step (or array of them); got dtype {t.dtype}")
+    if t.ndim > 1 or (t.ndim == 1 and t.shape[0] != batch):
+        raise ValueError(f"t must be a scalar or have shape ({batch},); got shape {t.shape}")
+    if is_concrete(t):
+        tv = np.asarray(t)
+        if np.any(tv < 1) or np.any(tv > n_steps):
+            raise ValueError(f"t must lie in 1..T = 1..{n_steps}; got {tv.min()}..{tv.max()}")
+    return jnp.broadcast_to(t, (batch,))

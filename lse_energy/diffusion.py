@@ -37,7 +37,7 @@ the noised distribution is the Gaussian mixture
 so :math:`-\ln p_t` is, up to a constant, the log-sum-exp energy with the noisy
 samples as children, the scaled training points :math:`\sqrt{\bar\alpha_t} x_i`
 as parents and :math:`\mathrm{sim}(x, x_i) = -\|x - \sqrt{\bar\alpha_t} x_i\|^2 / (2(1-\bar\alpha_t))`
-(:func:`ideal_energy`). Its score, the posterior mean
+(:func:`energy`). Its score, the posterior mean
 :math:`\mathbb{E}[x_0 \mid x_t]` (Tweedie) and the implied noise prediction are
 all softmax-weighted sums over the training points (:func:`ideal_score`,
 :func:`ideal_denoiser`, :func:`ideal_epsilon`); the last one is the exact
@@ -54,7 +54,7 @@ Input dtypes. Points (``data``, ``x``, ``x0``, ``xt``, ``eps``, ...), the
 variance schedule ``betas`` and network parameters are continuous and must
 have a floating dtype: an integer or boolean array raises ``ValueError``
 naming it (cast explicitly). Time steps ``t`` are integers (a float ``t``
-raises), and counts (``num_steps``, ``num_samples``, ``steps``, ...) are
+raises), and counts (``n_steps``, ``n_samples``, ...) are
 Python integers.
 """
 
@@ -84,7 +84,7 @@ __all__ = [
     "kl_weight",
     "denoising_loss",
     "simplified_loss",
-    "ideal_energy",
+    "energy",
     "ideal_log_density",
     "ideal_score",
     "ideal_denoiser",
@@ -92,14 +92,6 @@ __all__ = [
     "effective_beta",
     "sample",
     "ideal_sample",
-    "MLPParams",
-    "MLPFit",
-    "time_embedding",
-    "init_mlp",
-    "mlp_epsilon",
-    "fit_mlp",
-    "nearest_training_point",
-    "nearest_neighbour_spacing",
 ]
 
 
@@ -111,19 +103,6 @@ __all__ = [
 _concrete = _validate.is_concrete
 
 
-def _check_points(name, a, d=None):
-    a = jnp.asarray(a)
-    if a.ndim != 2:
-        raise ValueError(f"{name} must have shape (rows, d); got shape {a.shape}")
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
-    if a.shape[0] == 0 or a.shape[1] == 0:
-        raise ValueError(f"{name} must be non-empty; got shape {a.shape}")
-    if d is not None and a.shape[1] != d:
-        raise ValueError(f"{name} has dimension d = {a.shape[1]} but data have d = {d}")
-    if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{name} must be finite")
-    return a
 
 
 def _check_schedule(schedule):
@@ -132,25 +111,8 @@ def _check_schedule(schedule):
     return schedule
 
 
-def _check_t(t, schedule, batch):
-    """Integer time step(s) in 1..T, broadcast to ``(batch,)``."""
-    t = jnp.asarray(t)
-    if not jnp.issubdtype(t.dtype, jnp.integer):
-        raise ValueError(f"t must be an integer time step (or array of them); got dtype {t.dtype}")
-    if t.ndim > 1 or (t.ndim == 1 and t.shape[0] != batch):
-        raise ValueError(f"t must be a scalar or have shape ({batch},); got shape {t.shape}")
-    num_steps = schedule.betas.shape[0]
-    if _concrete(t):
-        tv = np.asarray(t)
-        if np.any(tv < 1) or np.any(tv > num_steps):
-            raise ValueError(f"t must lie in 1..T = 1..{num_steps}; got {tv.min()}..{tv.max()}")
-    return jnp.broadcast_to(t, (batch,))
 
 
-def _check_int(name, value, low):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
 
 
 # ---------------------------------------------------------------------------
@@ -205,19 +167,19 @@ def make_schedule(betas) -> Schedule:
     return Schedule(betas=betas, alphas=alphas, alpha_bars=alpha_bars)
 
 
-def linear_schedule(num_steps: int = 1000, beta_start: float = 1e-4, beta_end: float = 0.02) -> Schedule:
+def linear_schedule(n_steps: int = 1000, beta_start: float = 1e-4, beta_end: float = 0.02) -> Schedule:
     r"""The linear schedule of Ho et al. (2020): :math:`\beta_t` evenly spaced from
-    ``beta_start`` to ``beta_end`` over ``num_steps`` steps (their
+    ``beta_start`` to ``beta_end`` over ``n_steps`` steps (their
     :math:`T = 1000`, :math:`10^{-4} \to 0.02`).
 
     Raises:
-      ValueError: ``num_steps < 1`` or betas outside :math:`(0, 1)`.
+      ValueError: ``n_steps < 1`` or betas outside :math:`(0, 1)`.
     """
-    num_steps = _check_int("num_steps", num_steps, 1)
+    n_steps = _validate.count("n_steps", n_steps, 1)
     for name, v in (("beta_start", beta_start), ("beta_end", beta_end)):
         if not np.isfinite(v) or not 0 < v < 1:
             raise ValueError(f"{name} must lie in (0, 1); got {v!r}")
-    return make_schedule(jnp.linspace(beta_start, beta_end, num_steps, dtype=jnp.result_type(float)))
+    return make_schedule(jnp.linspace(beta_start, beta_end, n_steps, dtype=jnp.result_type(float)))
 
 
 def _abar(schedule, t):
@@ -244,8 +206,8 @@ def forward_marginal(schedule, x0, t):
       ``(mean, var)``: ``(B, d)`` and ``(B,)`` (the isotropic variance).
     """
     schedule = _check_schedule(schedule)
-    x0 = _check_points("x0", x0)
-    t = _check_t(t, schedule, x0.shape[0])
+    x0 = _validate.points("x0", x0)
+    t = _validate.time_steps(t, schedule.betas.shape[0], x0.shape[0])
     ab = _abar(schedule, t)
     return jnp.sqrt(ab)[:, None] * x0, 1.0 - ab
 
@@ -282,8 +244,8 @@ def q_step(schedule, x_prev, t, *, key):
       ``(B, d)`` :math:`x_t`.
     """
     schedule = _check_schedule(schedule)
-    x_prev = _check_points("x_prev", x_prev)
-    t = _check_t(t, schedule, x_prev.shape[0])
+    x_prev = _validate.points("x_prev", x_prev)
+    t = _validate.time_steps(t, schedule.betas.shape[0], x_prev.shape[0])
     beta = schedule.betas[t - 1][:, None]
     z = jax.random.normal(key, x_prev.shape, x_prev.dtype)
     return jnp.sqrt(1.0 - beta) * x_prev + jnp.sqrt(beta) * z
@@ -305,11 +267,11 @@ def q_posterior(schedule, x0, xt, t):
       ``(mean, var)``: ``(B, d)`` and ``(B,)``.
     """
     schedule = _check_schedule(schedule)
-    x0 = _check_points("x0", x0)
-    xt = _check_points("xt", xt, x0.shape[1])
+    x0 = _validate.points("x0", x0)
+    xt = _validate.points("xt", xt, x0.shape[1])
     if xt.shape != x0.shape:
         raise ValueError(f"xt must have the shape of x0 {x0.shape}; got {xt.shape}")
-    t = _check_t(t, schedule, x0.shape[0])
+    t = _validate.time_steps(t, schedule.betas.shape[0], x0.shape[0])
     ab, ab_prev = _abar(schedule, t), _abar(schedule, t - 1)
     beta, alpha = schedule.betas[t - 1], schedule.alphas[t - 1]
     c0 = jnp.sqrt(ab_prev) * beta / (1.0 - ab)
@@ -348,11 +310,11 @@ def reverse_mean(schedule, xt, t, eps):
       ``(B, d)``.
     """
     schedule = _check_schedule(schedule)
-    xt = _check_points("xt", xt)
-    eps = _check_points("eps", eps, xt.shape[1])
+    xt = _validate.points("xt", xt)
+    eps = _validate.points("eps", eps, xt.shape[1])
     if eps.shape != xt.shape:
         raise ValueError(f"eps must have the shape of xt {xt.shape}; got {eps.shape}")
-    t = _check_t(t, schedule, xt.shape[0])
+    t = _validate.time_steps(t, schedule.betas.shape[0], xt.shape[0])
     return _reverse_mean(schedule, xt, t, eps)
 
 
@@ -404,7 +366,7 @@ def kl_weight(schedule, t, sigma2):
     """
     schedule = _check_schedule(schedule)
     t = jnp.asarray(t)
-    _check_t(t, schedule, t.shape[0] if t.ndim == 1 else 1)
+    _validate.time_steps(t, schedule.betas.shape[0], t.shape[0] if t.ndim == 1 else 1)
     sigma2 = jnp.asarray(sigma2)
     if not (jnp.issubdtype(sigma2.dtype, jnp.floating) or jnp.issubdtype(sigma2.dtype, jnp.integer)):
         raise ValueError(f"sigma2 must be real; got dtype {sigma2.dtype}")
@@ -448,11 +410,11 @@ def denoising_loss(eps_fn: Callable, params, schedule, x0, t, eps) -> Array:
     if not callable(eps_fn):
         raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
     schedule = _check_schedule(schedule)
-    x0 = _check_points("x0", x0)
-    eps = _check_points("eps", eps, x0.shape[1])
+    x0 = _validate.points("x0", x0)
+    eps = _validate.points("eps", eps, x0.shape[1])
     if eps.shape != x0.shape:
         raise ValueError(f"eps must have the shape of x0 {x0.shape}; got {eps.shape}")
-    t = _check_t(t, schedule, x0.shape[0])
+    t = _validate.time_steps(t, schedule.betas.shape[0], x0.shape[0])
     return _denoising_loss(eps_fn, params, schedule, x0, t, eps)
 
 
@@ -472,7 +434,7 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
     if not callable(eps_fn):
         raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
     schedule = _check_schedule(schedule)
-    x0 = _check_points("x0", x0)
+    x0 = _validate.points("x0", x0)
     kt, ke = jax.random.split(key)
     t = jax.random.randint(kt, (x0.shape[0],), 1, schedule.betas.shape[0] + 1)
     eps = jax.random.normal(ke, x0.shape, x0.dtype)
@@ -493,13 +455,13 @@ def _ideal_sim(data, schedule, x, t):
 
 def _check_ideal(data, schedule, x, t):
     schedule = _check_schedule(schedule)
-    data = _check_points("data", data)
-    x = _check_points("x", x, data.shape[1])
-    t = _check_t(t, schedule, x.shape[0])
+    data = _validate.points("data", data)
+    x = _validate.points("x", x, data.shape[1])
+    t = _validate.time_steps(t, schedule.betas.shape[0], x.shape[0])
     return data, schedule, x, t
 
 
-def ideal_energy(data, schedule, x, t) -> Array:
+def energy(data, schedule, x, t) -> Array:
     r"""The energy of the noised empirical distribution: a log-sum-exp energy.
 
     .. math::
@@ -612,7 +574,7 @@ def effective_beta(schedule, t) -> Array:
     """
     schedule = _check_schedule(schedule)
     t = jnp.asarray(t)
-    _check_t(t.reshape(-1), schedule, t.size)
+    _validate.time_steps(t.reshape(-1), schedule.betas.shape[0], t.size)
     ab = _abar(schedule, t)
     return jnp.sqrt(ab) / (1.0 - ab)
 
@@ -624,13 +586,13 @@ def effective_beta(schedule, t) -> Array:
 
 @partial(jax.jit, static_argnames=("eps_fn", "shape", "sigma", "return_path"))
 def _sample(eps_fn, params, schedule, key, shape, sigma, return_path):
-    num_steps = schedule.betas.shape[0]
+    n_steps = schedule.betas.shape[0]
     dtype = schedule.betas.dtype
     k_init, k_steps = jax.random.split(key)
     x_init = jax.random.normal(k_init, shape, dtype)
     sig = _sigmas(schedule, sigma)
-    step_keys = jax.random.split(k_steps, num_steps)
-    ts = jnp.arange(num_steps, 0, -1)
+    step_keys = jax.random.split(k_steps, n_steps)
+    ts = jnp.arange(n_steps, 0, -1)
 
     def step(x, inputs):
         t, k = inputs
@@ -646,7 +608,7 @@ def _sample(eps_fn, params, schedule, key, shape, sigma, return_path):
     return x0
 
 
-def sample(eps_fn: Callable, params, schedule, num_samples: int, dim: int, *, key,
+def sample(eps_fn: Callable, params, schedule, n_samples: int, dim: int, *, key,
            sigma: str = "beta", return_path: bool = False):
     r"""Ancestral DDPM sampling (the notes' sampling algorithm, Ho et al. Algorithm 2):
 
@@ -665,23 +627,23 @@ def sample(eps_fn: Callable, params, schedule, num_samples: int, dim: int, *, ke
         :func:`mlp_epsilon`.
       params: its parameters (``data`` for :func:`ideal_epsilon`).
       schedule: :class:`Schedule`.
-      num_samples, dim: the samples are ``(num_samples, dim)``.
+      n_samples, dim: the samples are ``(n_samples, dim)``.
       key: PRNG key (keyword-only).
       sigma: ``"beta"`` or ``"posterior"`` (:func:`sigmas`).
-      return_path: also return the whole chain ``(T + 1, num_samples, dim)``,
+      return_path: also return the whole chain ``(T + 1, n_samples, dim)``,
         from :math:`x_T` (index 0) to :math:`x_0` (index T).
 
     Returns:
-      ``(num_samples, dim)`` samples :math:`x_0`, or ``(x_0, path)``.
+      ``(n_samples, dim)`` samples :math:`x_0`, or ``(x_0, path)``.
     """
     schedule = _check_schedule(schedule)
     if not callable(eps_fn):
         raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
-    num_samples = _check_int("num_samples", num_samples, 1)
-    dim = _check_int("dim", dim, 1)
+    n_samples = _validate.count("n_samples", n_samples, 1)
+    dim = _validate.count("dim", dim, 1)
     if sigma not in _SIGMA_KINDS:
         raise ValueError(f"sigma must be one of {_SIGMA_KINDS}; got {sigma!r}")
-    return _sample(eps_fn, params, schedule, key, (num_samples, dim), sigma, bool(return_path))
+    return _sample(eps_fn, params, schedule, key, (n_samples, dim), sigma, bool(return_path))
 
 
 def _ideal_eps_inner(data, schedule, x, t):
@@ -689,7 +651,7 @@ def _ideal_eps_inner(data, schedule, x, t):
     return (x - jnp.sqrt(ab) * _ideal_denoiser(data, schedule, x, t)) / jnp.sqrt(1.0 - ab)
 
 
-def ideal_sample(data, schedule, num_samples: int, *, key, sigma: str = "beta",
+def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta",
                  return_path: bool = False):
     r"""Ancestral sampling (:func:`sample`) with the closed-form :func:`ideal_epsilon`.
 
@@ -703,266 +665,13 @@ def ideal_sample(data, schedule, num_samples: int, *, key, sigma: str = "beta",
     Args:
       data: ``(N, d)`` training points.
       schedule: :class:`Schedule`.
-      num_samples: ``>= 1``.
+      n_samples: ``>= 1``.
       key: PRNG key (keyword-only).
       sigma, return_path: as in :func:`sample`.
 
     Returns:
-      ``(num_samples, d)`` samples (and the path if asked).
+      ``(n_samples, d)`` samples (and the path if asked).
     """
-    data = _check_points("data", data)
-    return sample(_ideal_eps_inner, data, schedule, num_samples, data.shape[1], key=key,
+    data = _validate.points("data", data)
+    return sample(_ideal_eps_inner, data, schedule, n_samples, data.shape[1], key=key,
                   sigma=sigma, return_path=return_path)
-
-
-# ---------------------------------------------------------------------------
-# A small learned noise predictor
-# ---------------------------------------------------------------------------
-
-
-class MLPParams(NamedTuple):
-    r"""A fully connected noise predictor :math:`\epsilon_\theta(x, t)`.
-
-    .. math::
-
-        h_0 = [x, \phi(t)], \quad h_{l} = \mathrm{silu}(h_{l-1} W_l + b_l), \quad
-        \epsilon_\theta = h_{L-1} W_L + b_L ,
-
-    with the sinusoidal time embedding :math:`\phi` of :func:`time_embedding`
-    (``2F`` features; ``F`` is read off the shapes).
-
-    Attributes:
-      weights: tuple of ``(n_in, n_out)`` matrices; the first has
-        ``n_in = d + 2F``, the last ``n_out = d``.
-      biases: tuple of ``(n_out,)`` vectors.
-    """
-
-    weights: tuple
-    biases: tuple
-
-
-class MLPFit(NamedTuple):
-    """Result of :func:`fit_mlp`.
-
-    Attributes:
-      params: the trained :class:`MLPParams`.
-      opt_state: the optimizer state (pass it back to continue training).
-      losses: ``(steps,)`` minibatch simplified loss before each step.
-    """
-
-    params: MLPParams
-    opt_state: object
-    losses: Array
-
-
-def time_embedding(t, num_steps: int, num_freqs: int) -> Array:
-    r"""Sinusoidal embedding :math:`\phi(t) = [\sin(\omega_k \tau), \cos(\omega_k \tau)]_{k<F}`
-    of :math:`\tau = t/T`, with :math:`\omega_k = 2^{k}\,\pi/2`, :math:`k = 0..F-1`.
-
-    Args:
-      t: ``(B,)`` integer steps.
-      num_steps: :math:`T`.
-      num_freqs: :math:`F`.
-
-    Returns:
-      ``(B, 2F)``.
-    """
-    num_steps = _check_int("num_steps", num_steps, 1)
-    num_freqs = _check_int("num_freqs", num_freqs, 1)
-    t = jnp.asarray(t)
-    if t.ndim != 1 or not jnp.issubdtype(t.dtype, jnp.integer):
-        raise ValueError(f"t must be a (B,) array of integer time steps; got {t.dtype}{t.shape}")
-    if _concrete(t) and t.size and (int(jnp.min(t)) < 1 or int(jnp.max(t)) > num_steps):
-        raise ValueError(f"t must lie in 1..num_steps = 1..{num_steps}")
-    return _time_embedding(t, num_steps, num_freqs)
-
-
-def _time_embedding(t, num_steps, num_freqs):
-    tau = jnp.asarray(t, jnp.result_type(float)) / num_steps
-    omega = (jnp.pi / 2) * 2.0 ** jnp.arange(num_freqs, dtype=tau.dtype)
-    angle = tau[:, None] * omega[None, :]
-    return jnp.concatenate([jnp.sin(angle), jnp.cos(angle)], axis=-1)
-
-
-def init_mlp(dim: int, *, key, hidden=(128, 128), num_freqs: int = 8) -> MLPParams:
-    r"""He-style initialisation: :math:`W_l \sim \mathcal{N}(0, 2/n_{\mathrm{in}})`, :math:`b_l = 0`;
-    the last layer is scaled down by 10 so that :math:`\epsilon_\theta \approx 0` at the start.
-
-    Args:
-      dim: data dimension ``d``.
-      key: PRNG key (keyword-only).
-      hidden: widths of the hidden layers.
-      num_freqs: ``F``, frequencies of the time embedding.
-    """
-    dim = _check_int("dim", dim, 1)
-    num_freqs = _check_int("num_freqs", num_freqs, 1)
-    hidden = tuple(_check_int("hidden", h, 1) for h in hidden)
-    sizes = (dim + 2 * num_freqs, *hidden, dim)
-    keys = jax.random.split(key, len(sizes) - 1)
-    ws, bs = [], []
-    dtype = jnp.result_type(float)
-    for i, (k, n_in, n_out) in enumerate(zip(keys, sizes[:-1], sizes[1:])):
-        scale = jnp.sqrt(2.0 / n_in) * (0.1 if i == len(sizes) - 2 else 1.0)
-        ws.append(scale * jax.random.normal(k, (n_in, n_out), dtype))
-        bs.append(jnp.zeros((n_out,), dtype))
-    return MLPParams(weights=tuple(ws), biases=tuple(bs))
-
-
-def _check_mlp_params(params) -> MLPParams:
-    if not isinstance(params, MLPParams):
-        raise ValueError(f"params must be an MLPParams; got {type(params).__name__}")
-    if len(params.weights) < 1 or len(params.weights) != len(params.biases):
-        raise ValueError(
-            f"params must hold L >= 1 weights and as many biases; got {len(params.weights)} and {len(params.biases)}"
-        )
-    ws = tuple(jnp.asarray(w) for w in params.weights)
-    bs = tuple(jnp.asarray(b) for b in params.biases)
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        if w.ndim != 2 or b.shape != (w.shape[1],):
-            raise ValueError(
-                f"params.weights[{i}] must have shape (n_in, n_out) and params.biases[{i}] shape (n_out,); "
-                f"got {w.shape} and {b.shape}"
-            )
-        if i > 0 and w.shape[0] != ws[i - 1].shape[1]:
-            raise ValueError(
-                f"params.weights[{i}] must have {ws[i - 1].shape[1]} rows to follow params.weights[{i - 1}]; "
-                f"got shape {w.shape}"
-            )
-        for name, a in ((f"weights[{i}]", w), (f"biases[{i}]", b)):
-            if not jnp.issubdtype(a.dtype, jnp.floating):
-                raise ValueError(f"params.{name} must have a floating dtype; got {a.dtype}")
-            if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-                raise ValueError(f"params.{name} must be finite")
-    return MLPParams(weights=ws, biases=bs)
-
-
-def mlp_epsilon(params: MLPParams, schedule, x, t) -> Array:
-    r"""The learned noise predictor :math:`\epsilon_\theta(x_t, t)` (``eps_fn`` signature).
-
-    Args:
-      params: :class:`MLPParams`, floating point and finite, with chained
-        shapes ``weights[i]: (n_i, n_{i+1})``, ``biases[i]: (n_{i+1},)``.
-      schedule: :class:`Schedule` (gives :math:`T`).
-      x: ``(B, d)``, floating point (an integer array raises ``ValueError``)
-        and finite.
-      t: scalar or ``(B,)`` integer steps.
-
-    Returns:
-      ``(B, d)``.
-    """
-    _check_mlp_params(params)
-    schedule = _check_schedule(schedule)
-    x = _check_points("x", x)
-    t = _check_t(t, schedule, x.shape[0])
-    d = x.shape[1]
-    n_in, d_out = params.weights[0].shape[0], params.weights[-1].shape[1]
-    if d_out != d or n_in - d < 2 or (n_in - d) % 2:
-        raise ValueError(
-            f"x has width d = {d} but params expect inputs of width d + 2F = {n_in} (F >= 1) "
-            f"and outputs of width {d_out}"
-        )
-    num_freqs = (params.weights[0].shape[0] - d) // 2
-    h = jnp.concatenate([x, _time_embedding(t, schedule.betas.shape[0], num_freqs).astype(x.dtype)], axis=-1)
-    for w, b in zip(params.weights[:-1], params.biases[:-1]):
-        h = jax.nn.silu(h @ w + b)
-    return h @ params.weights[-1] + params.biases[-1]
-
-
-@partial(jax.jit, static_argnames=("optimizer", "steps", "batch_size"))
-def _fit_mlp(params, opt_state, data, schedule, key, optimizer, steps, batch_size):
-    num_steps = schedule.betas.shape[0]
-
-    def loss_fn(p, k):
-        ki, kt, ke = jax.random.split(k, 3)
-        idx = jax.random.randint(ki, (batch_size,), 0, data.shape[0])
-        t = jax.random.randint(kt, (batch_size,), 1, num_steps + 1)
-        x0 = data[idx]
-        eps = jax.random.normal(ke, x0.shape, x0.dtype)
-        return _denoising_loss(mlp_epsilon, p, schedule, x0, t, eps)
-
-    def step(carry, k):
-        p, s = carry
-        loss, g = jax.value_and_grad(loss_fn)(p, k)
-        updates, s = optimizer.update(g, s, p)
-        p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
-        return (p, s), loss
-
-    (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), jax.random.split(key, steps))
-    return params, opt_state, losses
-
-
-def fit_mlp(params: MLPParams, data, schedule, optimizer, *, key, steps: int,
-            batch_size: int = 256, opt_state=None) -> MLPFit:
-    r"""Train :func:`mlp_epsilon` with the notes' training algorithm: each step draws a
-    minibatch of training points (with replacement), :math:`t \sim \mathcal{U}\{1..T\}`,
-    :math:`\epsilon \sim \mathcal{N}(0, I)`, and takes one optimizer step on
-    :func:`denoising_loss`. Jitted; one ``lax.scan`` over the steps.
-
-    Args:
-      params: initial :class:`MLPParams`.
-      data: ``(N, d)`` training points.
-      schedule: :class:`Schedule`.
-      optimizer: an optax ``GradientTransformation`` (``init``/``update``), hashable
-        (a static argument).
-      key: PRNG key (keyword-only).
-      steps: number of optimizer steps, ``>= 1``.
-      batch_size: ``>= 1``.
-      opt_state: optimizer state to continue from (``None``: ``optimizer.init(params)``).
-
-    Returns:
-      :class:`MLPFit`.
-
-    Raises:
-      ValueError: on bad arguments, or when training diverged (non-finite
-        parameters or losses; the message names the first step).
-    """
-    params = _check_mlp_params(params)
-    schedule = _check_schedule(schedule)
-    data = _check_points("data", data)
-    if not (callable(getattr(optimizer, "init", None)) and callable(getattr(optimizer, "update", None))):
-        raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
-    steps = _check_int("steps", steps, 1)
-    batch_size = _check_int("batch_size", batch_size, 1)
-    if params.weights[-1].shape[1] != data.shape[1]:
-        raise ValueError(
-            f"params output dimension {params.weights[-1].shape[1]} != data dimension {data.shape[1]}"
-        )
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, s, losses = _fit_mlp(params, opt_state, data, schedule, key, optimizer, steps, batch_size)
-    out = MLPFit(params=p, opt_state=s, losses=losses)
-    _validate.require_finite("fit_mlp", out, steps=losses, hint="lower the optimizer's learning rate")
-    return out
-
-
-# ---------------------------------------------------------------------------
-# Memorisation diagnostics
-# ---------------------------------------------------------------------------
-
-
-def nearest_training_point(samples, data):
-    r"""Distance from each sample to its nearest training point, and that point's index.
-
-    Args:
-      samples: ``(n, d)``.
-      data: ``(N, d)``.
-
-    Returns:
-      ``(dist, idx)``: ``(n,)`` Euclidean distances :math:`\min_i \|s - x_i\|` and ``(n,)`` argmins.
-    """
-    data = _check_points("data", data)
-    samples = _check_points("samples", samples, data.shape[1])
-    d2 = jnp.sum((samples[:, None, :] - data[None, :, :]) ** 2, axis=-1)
-    idx = jnp.argmin(d2, axis=1)
-    return jnp.sqrt(jnp.min(d2, axis=1)), idx
-
-
-def nearest_neighbour_spacing(data) -> Array:
-    r"""For each training point, the distance to its nearest *other* training point,
-    :math:`\min_{j \ne i}\|x_i - x_j\|` (``(N,)``; needs ``N >= 2``)."""
-    data = _check_points("data", data)
-    if data.shape[0] < 2:
-        raise ValueError(f"data needs at least 2 points; got {data.shape[0]}")
-    d2 = jnp.sum((data[:, None, :] - data[None, :, :]) ** 2, axis=-1)
-    d2 = jnp.where(jnp.eye(data.shape[0], dtype=bool), jnp.inf, d2)
-    return jnp.sqrt(jnp.min(d2, axis=1))

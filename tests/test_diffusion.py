@@ -7,6 +7,7 @@ import pytest
 from scipy.special import logsumexp as np_logsumexp
 
 from lse_energy import core, diffusion as df
+from lse_energy.experiments import diffusion_mlp as dmlp
 from lse_energy.testing import assert_gradient
 
 SEEDS = [0, 1, 2]
@@ -42,7 +43,7 @@ def test_linear_schedule_properties():
 def test_schedule_validation(bad):
     with pytest.raises(ValueError, match="betas"):
         df.make_schedule(np.asarray(bad, dtype=float))
-    with pytest.raises(ValueError, match="num_steps"):
+    with pytest.raises(ValueError, match="n_steps"):
         df.linear_schedule(0)
 
 
@@ -127,14 +128,14 @@ def test_ideal_energy_is_minus_log_density(seed):
     log_p = np_logsumexp(logpdf, axis=1) - np.log(n)
     np.testing.assert_allclose(df.ideal_log_density(data, sch, x, t), log_p, rtol=1e-12)
     const = np.sum(np.log(n) + 0.5 * d * np.log(2 * np.pi * (1 - ab)))
-    np.testing.assert_allclose(df.ideal_energy(data, sch, x, t), -log_p.sum() - const, rtol=1e-12)
+    np.testing.assert_allclose(df.energy(data, sch, x, t), -log_p.sum() - const, rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_ideal_score_is_minus_gradient_of_energy(seed):
     sch, data, x, t = instance(seed)
     assert_gradient(
-        lambda y: df.ideal_energy(data, sch, y, t),
+        lambda y: df.energy(data, sch, y, t),
         lambda y: -df.ideal_score(data, sch, y, t),
         x,
         rtol=1e-10,
@@ -230,8 +231,8 @@ def test_same_key_same_samples_and_memorisation():
     np.testing.assert_array_equal(a, b)
     assert not np.allclose(a, c)
     # at t = 1 the softmax has inverse temperature ~ 1/beta_1 = 1e4: every sample is a data point
-    dist, _ = df.nearest_training_point(a, data)
-    spacing = float(jnp.min(df.nearest_neighbour_spacing(data)))
+    dist, _ = dmlp.nearest_training_point(a, data)
+    spacing = float(jnp.min(dmlp.nearest_neighbour_spacing(data)))
     assert float(jnp.max(dist)) < 1e-6 * spacing
 
 
@@ -250,13 +251,14 @@ def test_mlp_training_reduces_loss_and_is_deterministic():
     optax = pytest.importorskip("optax")
     sch = df.linear_schedule(100, 1e-3, 0.1)
     data = jax.random.normal(jax.random.key(0), (6, 2))
-    p0 = df.init_mlp(2, key=jax.random.key(1), hidden=(32, 32), num_freqs=4)
-    fit1 = df.fit_mlp(p0, data, sch, optax.adam(3e-3), key=jax.random.key(2), steps=300, batch_size=64)
-    fit2 = df.fit_mlp(p0, data, sch, optax.adam(3e-3), key=jax.random.key(2), steps=300, batch_size=64)
+    p0 = dmlp.init_params(2, key=jax.random.key(1), hidden=(32, 32), n_freqs=4)
+    fit1 = dmlp.fit(p0, data, sch, optax.adam(3e-3), key=jax.random.key(2), n_steps=300, batch_size=64)
+    fit2 = dmlp.fit(p0, data, sch, optax.adam(3e-3), key=jax.random.key(2), n_steps=300, batch_size=64)
     np.testing.assert_array_equal(fit1.losses, fit2.losses)
+    assert fit1.losses.shape == (300,)  # n_steps optimizer steps, not the schedule's T = 100
     k = jax.random.key(7)
-    before = float(df.simplified_loss(df.mlp_epsilon, p0, sch, jnp.tile(data, (500, 1)), key=k))
-    after = float(df.simplified_loss(df.mlp_epsilon, fit1.params, sch, jnp.tile(data, (500, 1)), key=k))
+    before = float(df.simplified_loss(dmlp.epsilon, p0, sch, jnp.tile(data, (500, 1)), key=k))
+    after = float(df.simplified_loss(dmlp.epsilon, fit1.params, sch, jnp.tile(data, (500, 1)), key=k))
     ideal = float(df.simplified_loss(df.ideal_epsilon, data, sch, jnp.tile(data, (500, 1)), key=k))
     assert after < before
     assert ideal < after  # same (x0, t, eps) draws; the ideal predictor is the minimiser
@@ -264,8 +266,8 @@ def test_mlp_training_reduces_loss_and_is_deterministic():
 
 def test_nearest_helpers():
     data = jnp.array([[0.0, 0.0], [3.0, 0.0], [0.0, 1.0]])
-    np.testing.assert_allclose(df.nearest_neighbour_spacing(data), [1.0, 3.0, 1.0])
-    dist, idx = df.nearest_training_point(jnp.array([[2.5, 0.0], [0.0, 0.4]]), data)
+    np.testing.assert_allclose(dmlp.nearest_neighbour_spacing(data), [1.0, 3.0, 1.0])
+    dist, idx = dmlp.nearest_training_point(jnp.array([[2.5, 0.0], [0.0, 0.4]]), data)
     np.testing.assert_allclose(dist, [0.5, 0.4])
     np.testing.assert_array_equal(idx, [1, 0])
 
@@ -295,7 +297,7 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="t must lie"):
         df.ideal_denoiser(data, sch, x, 51)
     with pytest.raises(ValueError, match="integer"):
-        df.ideal_energy(data, sch, x, 1.0)
+        df.energy(data, sch, x, 1.0)
     with pytest.raises(ValueError, match="t must be a scalar or have shape"):
         df.ideal_epsilon(data, sch, x, jnp.ones(3, int))
     with pytest.raises(ValueError, match="x has dimension"):
@@ -303,18 +305,18 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="x must be finite"):
         df.ideal_score(data, sch, x.at[0, 0].set(jnp.nan), 1)
     with pytest.raises(ValueError, match="data must be finite"):
-        df.ideal_energy(data.at[0, 0].set(jnp.inf), sch, x, 1)
+        df.energy(data.at[0, 0].set(jnp.inf), sch, x, 1)
     with pytest.raises(ValueError, match="data must have shape"):
-        df.ideal_energy(data[0], sch, x, 1)
+        df.energy(data[0], sch, x, 1)
     with pytest.raises(ValueError, match="schedule"):
-        df.ideal_energy(data, (1, 2, 3), x, 1)
+        df.energy(data, (1, 2, 3), x, 1)
     with pytest.raises(ValueError, match="x0"):
         df.q_sample(sch, x[0], 1, key=jax.random.key(0))
     with pytest.raises(ValueError, match="eps must have"):
         df.reverse_mean(sch, x, 2, x[:2])
     with pytest.raises(ValueError, match="sigma"):
         df.sample(df.ideal_epsilon, data, sch, 4, 3, key=jax.random.key(0), sigma="bogus")
-    with pytest.raises(ValueError, match="num_samples"):
+    with pytest.raises(ValueError, match="n_samples"):
         df.ideal_sample(data, sch, 0, key=jax.random.key(0))
     with pytest.raises(ValueError, match="t must lie"):
         df.effective_beta(sch, jnp.array([1, 60]))
@@ -323,5 +325,5 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="sigma2"):
         df.kl_weight(sch, 3, -1.0)
     with pytest.raises(ValueError, match="optimizer"):
-        df.fit_mlp(df.init_mlp(3, key=jax.random.key(0)), data, sch, object(),
-                   key=jax.random.key(0), steps=2)
+        dmlp.fit(dmlp.init_params(3, key=jax.random.key(0)), data, sch, object(),
+                   key=jax.random.key(0), n_steps=2)

@@ -36,6 +36,7 @@ import test_validation as V  # noqa: E402  (valid-argument factories)
 
 from lse_energy import attention, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention  # noqa: E402
 from lse_energy import expanding, structural  # noqa: E402
+from lse_energy.experiments import diffusion_mlp as dmlp  # noqa: E402
 from lse_energy.experiments import structural_tasks as toy  # noqa: E402
 from lse_energy import anpc, pcn  # noqa: E402
 from lse_energy import mixture_pc as mpc  # noqa: E402
@@ -54,7 +55,7 @@ def _slot_fit():
 
 def _diffusion_fit():
     return dict(params=V.diffusion_mlp()["params"], data=V._normal((8, 2)), schedule=diffusion.linear_schedule(20),
-                optimizer=optax.adam(1e-3), key=V.KEY, steps=2, batch_size=4)
+                optimizer=optax.adam(1e-3), key=V.KEY, n_steps=2, batch_size=4)
 
 
 def _expanding():
@@ -79,7 +80,7 @@ DRIVERS = {
     "pcn.infer": (pcn.infer, V.pcn_infer_args),
     "pcn.fit": (pcn.fit, V.pcn_train_args),
     "anpc.infer": (anpc.infer, V.anpc_infer_args),
-    "diffusion.fit_mlp": (diffusion.fit_mlp, _diffusion_fit),
+    "diffusion_mlp.fit": (dmlp.fit, _diffusion_fit),
     "expanding.attend": (expanding.attend, _expanding),
 }
 
@@ -110,12 +111,12 @@ def test_registry_names_every_fit():
     import lse_energy
 
     missing = []
-    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, toy):
+    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue
             if fname.endswith("fit") or fname.endswith("train") or fname == "fit_mlp":
-                key = f"{mod.__name__.removeprefix(lse_energy.__name__ + '.')}.{fname}"
+                key = f"{mod.__name__.rsplit('.', 1)[-1]}.{fname}"
                 if key not in DRIVERS:
                     missing.append(key)
     assert not missing, missing

@@ -45,6 +45,7 @@ from hypothesis import strategies as st
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
 from lse_energy import anpc, pcn, structural
 from lse_energy import mixture_pc as mpc
+from lse_energy.experiments import diffusion_mlp as dmlp
 from lse_energy.testing import relative_error
 
 mp.mp.dps = 50
@@ -374,7 +375,7 @@ def build_diffusion(seed, n, k, d, scale):
 
     def energy(x):
         sch = schedule if x.dtype == jnp.float64 else diffusion.make_schedule(jnp.asarray(betas, x.dtype))
-        return diffusion.ideal_energy(data.astype(x.dtype), sch, x, t)
+        return diffusion.energy(data.astype(x.dtype), sch, x, t)
 
     def grad(x):
         sch = schedule if x.dtype == jnp.float64 else diffusion.make_schedule(jnp.asarray(betas, x.dtype))
@@ -673,7 +674,7 @@ _DATA2 = jnp.asarray(np.random.default_rng(7).normal(size=(12, 2)))
 _TRAJ = jnp.asarray(np.cumsum(np.random.default_rng(8).normal(size=(16, 2)), axis=0) * 0.3)
 _RBM = rbm.RBMParams(W=jnp.asarray(np.random.default_rng(9).normal(size=(3, 2))), b=jnp.zeros(3), c=jnp.zeros(2))
 _BIN = jnp.asarray((np.random.default_rng(10).random((6, 3)) < 0.5).astype(float))
-_DMLP = diffusion.init_mlp(2, key=jax.random.key(1), hidden=(4,), num_freqs=2)
+_DMLP = dmlp.init_params(2, key=jax.random.key(1), hidden=(4,), n_freqs=2)
 _PCMLP = mpc.init_params(2, 3, 2, key=jax.random.key(2))
 _PCN = pcn.init_params((2, 3, 2), key=jax.random.key(3))
 _SLDS = slds.init_params(_TRAJ, 2, key=jax.random.key(4))
@@ -699,10 +700,10 @@ KEYED = {
     "diffusion.q_sample": lambda key: diffusion.q_sample(_SCH, _DATA2, 3, key=key),
     "diffusion.q_step": lambda key: diffusion.q_step(_SCH, _DATA2, 3, key=key),
     "diffusion.simplified_loss": lambda key: diffusion.simplified_loss(diffusion.ideal_epsilon, _DATA2, _SCH, _DATA2, key=key),
-    "diffusion.sample": lambda key: diffusion.sample(diffusion.mlp_epsilon, _DMLP, _SCH, 3, 2, key=key),
+    "diffusion.sample": lambda key: diffusion.sample(dmlp.epsilon, _DMLP, _SCH, 3, 2, key=key),
     "diffusion.ideal_sample": lambda key: diffusion.ideal_sample(_DATA2, _SCH, 3, key=key),
-    "diffusion.init_mlp": lambda key: diffusion.init_mlp(2, key=key, hidden=(4,), num_freqs=2),
-    "diffusion.fit_mlp": lambda key: diffusion.fit_mlp(_DMLP, _DATA2, _SCH, _SGD, key=key, steps=2, batch_size=4),
+    "diffusion_mlp.init_params": lambda key: dmlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
+    "diffusion_mlp.fit": lambda key: dmlp.fit(_DMLP, _DATA2, _SCH, _SGD, key=key, n_steps=2, batch_size=4),
     "mixture_pc.init_params": lambda key: mpc.init_params(2, 3, 2, key=key),
     "mixture_pc.sample": lambda key: mpc.sample(_PCMLP, 2, 3, key=key),
     "pcn.init_params": lambda key: pcn.init_params((2, 3, 2), key=key),
@@ -724,7 +725,7 @@ def test_keyed_registry_is_complete():
     from lse_energy import rbm as m5, slds as m6, slot_attention as m7
 
     found = set()
-    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7):
+    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7, dmlp):
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj) and not isinstance(obj, type):

@@ -42,6 +42,7 @@ from lse_energy import anpc, pcn
 from lse_energy import mixture_pc as mpc
 from lse_energy import expanding, multihop, structural
 from lse_energy.experiments import structural_tasks as toy
+from lse_energy.experiments import diffusion_mlp as dmlp
 
 KINDS = (
     "shape",  # mismatched or wrong shapes
@@ -215,7 +216,7 @@ def diffusion_args():
 
 
 def diffusion_mlp():
-    return dict(params=diffusion.init_mlp(2, key=KEY, hidden=(8,), num_freqs=2),
+    return dict(params=dmlp.init_params(2, key=KEY, hidden=(8,), n_freqs=2),
                 schedule=diffusion.linear_schedule(20), x=_normal((3, 2), 1), t=5)
 
 
@@ -477,33 +478,33 @@ CASES: list[Case] = [
     C(rbm.fit, "positive", lambda: dict(params=rbm_args()["params"], data=rbm_args()["v"], key=KEY, n_epochs=1, batch_size=2),
       lambda a: dict(learning_rate=0.0), r"learning_rate must be finite and > 0", "zero_lr"),
     # --- diffusion ----------------------------------------------------------
-    C(diffusion.ideal_energy, "shape", diffusion_args, lambda a: dict(x=_normal((3, 3))), r"x has dimension d = 3 but data have d = 2", "x_dim"),
-    C(diffusion.ideal_energy, "shape", diffusion_args, lambda a: dict(t=jnp.array([1, 2])),
+    C(diffusion.energy, "shape", diffusion_args, lambda a: dict(x=_normal((3, 3))), r"x has dimension d = 3 but data have d = 2", "x_dim"),
+    C(diffusion.energy, "shape", diffusion_args, lambda a: dict(t=jnp.array([1, 2])),
       r"t must be a scalar or have shape \(3,\)", "t_shape"),
-    C(diffusion.ideal_energy, "finite", diffusion_args, lambda a: dict(data=_nan_at(a["data"])), r"data must be finite", "nan_data"),
-    C(diffusion.ideal_energy, "K", diffusion_args, lambda a: dict(data=jnp.zeros((0, 2))), r"data must be non-empty", "no_data"),
-    C(diffusion.ideal_energy, "dtype", diffusion_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(diffusion.energy, "finite", diffusion_args, lambda a: dict(data=_nan_at(a["data"])), r"data must be finite", "nan_data"),
+    C(diffusion.energy, "K", diffusion_args, lambda a: dict(data=jnp.zeros((0, 2))), r"data must be non-empty", "no_data"),
+    C(diffusion.energy, "dtype", diffusion_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
     C(diffusion.ideal_score, "dtype", diffusion_args, lambda a: dict(t=7.0), r"t must be an integer time step", "float_t"),
-    C(diffusion.ideal_energy, "domain", diffusion_args, lambda a: dict(t=0), r"t must lie in 1..T = 1..20", "t_zero"),
-    C(diffusion.ideal_energy, "type", diffusion_args, lambda a: dict(schedule=tuple(a["schedule"])), r"schedule must be a Schedule", "tuple"),
+    C(diffusion.energy, "domain", diffusion_args, lambda a: dict(t=0), r"t must lie in 1..T = 1..20", "t_zero"),
+    C(diffusion.energy, "type", diffusion_args, lambda a: dict(schedule=tuple(a["schedule"])), r"schedule must be a Schedule", "tuple"),
     C(diffusion.make_schedule, "positive", lambda: dict(betas=jnp.array([0.1, 0.2])), lambda a: dict(betas=jnp.array([0.1, 0.0])),
       r"betas must lie in \(0, 1\)", "zero_beta"),
     C(diffusion.make_schedule, "dtype", lambda: dict(betas=jnp.array([0.1, 0.2])), lambda a: dict(betas=np.array([0, 0])),
       r"betas must have a floating dtype", "int_betas"),
     C(diffusion.kl_weight, "positive", lambda: dict(schedule=diffusion.linear_schedule(20), t=3, sigma2=0.01),
       lambda a: dict(sigma2=0.0), r"sigma2 must be finite and > 0", "zero_sigma2"),
-    C(diffusion.time_embedding, "K", lambda: dict(t=jnp.array([1, 5]), num_steps=10, num_freqs=2), lambda a: dict(num_freqs=0),
-      r"num_freqs must be an integer >= 1", "zero_freqs"),
-    C(diffusion.time_embedding, "dtype", lambda: dict(t=jnp.array([1, 5]), num_steps=10, num_freqs=2),
+    C(dmlp.time_embedding, "K", lambda: dict(t=jnp.array([1, 5]), n_steps=10, n_freqs=2), lambda a: dict(n_freqs=0),
+      r"n_freqs must be an integer >= 1", "zero_freqs"),
+    C(dmlp.time_embedding, "dtype", lambda: dict(t=jnp.array([1, 5]), n_steps=10, n_freqs=2),
       lambda a: dict(t=jnp.array([1.0, 5.0])), r"t must be a \(B,\) array of integer time steps", "float_t"),
-    C(diffusion.mlp_epsilon, "shape", diffusion_mlp, lambda a: dict(x=_normal((3, 3))), r"x has width d = 3 but params expect", "x_width"),
-    C(diffusion.mlp_epsilon, "finite", diffusion_mlp, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
-    C(diffusion.mlp_epsilon, "dtype", diffusion_mlp, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
-    C(diffusion.mlp_epsilon, "domain", diffusion_mlp, lambda a: dict(t=21), r"t must lie in 1..T = 1..20", "t_big"),
-    C(diffusion.fit_mlp, "type",
+    C(dmlp.epsilon, "shape", diffusion_mlp, lambda a: dict(x=_normal((3, 3))), r"x has width d = 3 but params expect", "x_width"),
+    C(dmlp.epsilon, "finite", diffusion_mlp, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
+    C(dmlp.epsilon, "dtype", diffusion_mlp, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(dmlp.epsilon, "domain", diffusion_mlp, lambda a: dict(t=21), r"t must lie in 1..T = 1..20", "t_big"),
+    C(dmlp.fit, "type",
       lambda: dict(params=diffusion_mlp()["params"], data=_normal((5, 2)), schedule=diffusion.linear_schedule(20),
-                   optimizer=optax.sgd(1e-3), key=KEY, steps=1, batch_size=2),
-      lambda a: dict(params=tuple(a["params"])), r"params must be an MLPParams", "tuple_params"),
+                   optimizer=optax.sgd(1e-3), key=KEY, n_steps=1, batch_size=2),
+      lambda a: dict(params=tuple(a["params"])), r"params must be diffusion_mlp\.Params", "tuple_params"),
     C(diffusion.denoising_loss, "type", diffusion_loss, lambda a: dict(eps_fn=None), r"eps_fn must be callable", "none"),
     # --- predictive coding --------------------------------------------------
     C(mpc.energy, "shape", pc_mixture, lambda a: dict(mu=_normal((2, 3))), r"mu must have 2 columns", "mu_width"),
@@ -675,13 +676,13 @@ def diffusion_reverse():
 
 def diffusion_sample():
     return dict(eps_fn=diffusion.ideal_epsilon, params=_normal((5, 2)), schedule=diffusion.linear_schedule(20),
-                num_samples=2, dim=2, key=KEY)
+                n_samples=2, dim=2, key=KEY)
 
 
 def diffusion_fit():
     a = diffusion_mlp()
     return dict(params=a["params"], data=_normal((5, 2)), schedule=a["schedule"], optimizer=optax.sgd(1e-3),
-                key=KEY, steps=1, batch_size=2)
+                key=KEY, n_steps=1, batch_size=2)
 
 
 def sharding_em():
@@ -771,10 +772,10 @@ CASES += [
       "negative_resp"),
     C(slds.impute, "domain", slds_impute, lambda a: dict(missing=[9]), r"missing indices must lie in \[0, 7\]", "bad_index"),
     # diffusion
-    C(diffusion.mlp_epsilon, "finite", diffusion_mlp,
+    C(dmlp.epsilon, "finite", diffusion_mlp,
       lambda a: dict(params=a["params"]._replace(weights=(_nan_at(a["params"].weights[0]),) + a["params"].weights[1:])),
       r"params\.weights\[0\] must be finite", "nan_weights"),
-    C(diffusion.mlp_epsilon, "shape", diffusion_mlp,
+    C(dmlp.epsilon, "shape", diffusion_mlp,
       lambda a: dict(params=a["params"]._replace(biases=(jnp.zeros(3),) + a["params"].biases[1:])),
       r"params\.biases\[0\] shape \(n_out,\)", "bias_shape"),
     C(diffusion.kl_weight, "finite", lambda: dict(schedule=diffusion.linear_schedule(20), t=3, sigma2=0.01),
@@ -1009,19 +1010,19 @@ INT_INPUTS = [
     (diffusion.denoising_loss, diffusion_loss, "x0"),
     (diffusion.simplified_loss, lambda: dict(eps_fn=diffusion.ideal_epsilon, params=_normal((5, 2)),
                                              schedule=diffusion.linear_schedule(20), x0=_normal((3, 2), 1), key=KEY), "x0"),
-    (diffusion.ideal_energy, diffusion_args, "x"),
+    (diffusion.energy, diffusion_args, "x"),
     (diffusion.ideal_log_density, diffusion_args, "data"),
     (diffusion.ideal_score, diffusion_args, "x"),
     (diffusion.ideal_denoiser, diffusion_args, "x"),
     (diffusion.ideal_epsilon, diffusion_args, "data"),
     # params are opaque to sample; eps_fn = ideal_epsilon validates them under their own name, data
     (diffusion.sample, diffusion_sample, "params", "data"),
-    (diffusion.ideal_sample, lambda: dict(data=_normal((5, 2)), schedule=diffusion.linear_schedule(20), num_samples=2,
+    (diffusion.ideal_sample, lambda: dict(data=_normal((5, 2)), schedule=diffusion.linear_schedule(20), n_samples=2,
                                           key=KEY), "data"),
-    (diffusion.mlp_epsilon, diffusion_mlp, "x"),
-    (diffusion.fit_mlp, diffusion_fit, "data"),
-    (diffusion.nearest_training_point, lambda: dict(samples=_normal((3, 2)), data=_normal((5, 2), 1)), "samples"),
-    (diffusion.nearest_neighbour_spacing, lambda: dict(data=_normal((5, 2))), "data"),
+    (dmlp.epsilon, diffusion_mlp, "x"),
+    (dmlp.fit, diffusion_fit, "data"),
+    (dmlp.nearest_training_point, lambda: dict(samples=_normal((3, 2)), data=_normal((5, 2), 1)), "samples"),
+    (dmlp.nearest_neighbour_spacing, lambda: dict(data=_normal((5, 2))), "data"),
     # sharding
     (sharding.sharded_em_step, sharding_em, "x"),
     (sharding.sharded_fit, sharding_fit, "x"),
@@ -1090,6 +1091,7 @@ REQUIRED = {
     "slot_attention": {"shape", "finite", "K", "positive", "dtype"},
     "rbm": {"shape", "finite", "K", "positive", "dtype"},
     "diffusion": {"shape", "finite", "K", "positive", "dtype"},
+    "diffusion_mlp": {"shape", "finite", "K", "dtype", "type", "diverge"},
     "mixture_pc": {"shape", "finite", "K", "positive", "dtype"},
     "pcn": {"shape", "finite", "K", "positive", "dtype"},
     "anpc": {"shape", "finite", "K", "positive", "dtype"},
@@ -1099,7 +1101,7 @@ REQUIRED = {
     "expanding": {"shape", "finite", "K", "positive", "mask", "dtype", "domain"},
     "structural_tasks": {"diverge"},
 }
-for _m in ("gmm", "slds", "slot_attention", "rbm", "diffusion", "mixture_pc", "pcn"):
+for _m in ("gmm", "slds", "slot_attention", "rbm", "mixture_pc", "pcn"):
     REQUIRED[_m] = REQUIRED[_m] | {"diverge"}
 
 
@@ -1129,7 +1131,7 @@ def slds_fit_degenerate():
 
 def diffusion_fit():
     return dict(params=diffusion_mlp()["params"], data=_normal((8, 2)), schedule=diffusion.linear_schedule(20),
-                optimizer=optax.sgd(1e-3), key=KEY, steps=3, batch_size=4)
+                optimizer=optax.sgd(1e-3), key=KEY, n_steps=3, batch_size=4)
 
 
 def multihop_run():
@@ -1162,7 +1164,7 @@ CASES += [
       "huge_rate"),
     C(pcn.fit, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn_train: " + DIVERGE,
       "huge_rate"),
-    C(diffusion.fit_mlp, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "fit_mlp: " + DIVERGE,
+    C(dmlp.fit, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "diffusion_mlp.fit: " + DIVERGE,
       "huge_rate"),
     C(toy.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
       r"run_multihop_experiments \(one_layer\): " + DIVERGE, "huge_rate"),
@@ -1173,7 +1175,7 @@ CASES += [
 # Every public fit, trainer and training run (the drivers that take many steps on
 # their own) has a "diverge" case.
 FITS = {gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
-        diffusion.fit_mlp, toy.run_multihop_experiment, toy.run_multihop_experiments,
+        dmlp.fit, toy.run_multihop_experiment, toy.run_multihop_experiments,
         toy.run_expanding_experiment}
 
 
@@ -1184,7 +1186,7 @@ def test_every_fit_has_a_diverge_case():
     # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
     missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
     assert not missing, missing
-    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, toy):
+    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy):
         for name, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ == mod.__name__ and not name.startswith("_") and (
                     name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
@@ -1213,7 +1215,8 @@ NO_CONTINUOUS_ARRAY = {
     "rbm": {"init_params", "binary_states"},
     "slds": set(),
     "slot_attention": {"blob_scene"},
-    "diffusion": {"linear_schedule", "sigmas", "kl_weight", "effective_beta", "time_embedding", "init_mlp"},
+    "diffusion": {"linear_schedule", "sigmas", "kl_weight", "effective_beta"},
+    "diffusion_mlp": {"time_embedding", "init_params"},
     "sharding": {"data_mesh", "shard_rows"},
     "gmm": set(),
     "structural": set(),
@@ -1226,7 +1229,7 @@ def test_every_continuous_input_has_an_integer_dtype_case():
     import inspect
 
     modules = dict(attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
-                   expanding=expanding, rbm=rbm, slds=slds, slot_attention=slot_attention,
+                   expanding=expanding, diffusion_mlp=dmlp, rbm=rbm, slds=slds, slot_attention=slot_attention,
                    diffusion=diffusion, sharding=sharding, gmm=gmm)
     with_case = {(c.module, c.fn.__name__) for c in CASES if c.kind == "dtype"}
     for name, module in modules.items():
