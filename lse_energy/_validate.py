@@ -212,8 +212,8 @@ def open_unit(name: str, value) -> float:
     return float(value)
 
 
-def points(name: str, a, d=None) -> Array:
-    """A floating, finite, non-empty ``(rows, d)`` array (with ``d`` columns when given)."""
+def points(name: str, a, d=None, ref: str = "data") -> Array:
+    """A floating, finite, non-empty ``(rows, d)`` array (with the ``d`` columns of ``ref`` when given)."""
     a = jnp.asarray(a)
     if a.ndim != 2:
         raise ValueError(f"{name} must have shape (rows, d); got shape {a.shape}")
@@ -222,7 +222,7 @@ def points(name: str, a, d=None) -> Array:
     if a.shape[0] == 0 or a.shape[1] == 0:
         raise ValueError(f"{name} must be non-empty; got shape {a.shape}")
     if d is not None and a.shape[1] != d:
-        raise ValueError(f"{name} has dimension d = {a.shape[1]} but data have d = {d}")
+        raise ValueError(f"{name} has dimension d = {a.shape[1]} but {ref} have d = {d}")
     if is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
         raise ValueError(f"{name} must be finite")
     return a

@@ -41,6 +41,7 @@ than being cast silently. Cast integer data yourself (``x.astype(float)``).
 from __future__ import annotations
 
 import math
+from functools import partial
 import operator
 from typing import NamedTuple
 
@@ -68,6 +69,10 @@ __all__ = [
     "em_step_reference",
     "initialize",
     "fit",
+    "check_params",
+    "sufficient_statistics",
+    "m_step",
+    "em",
 ]
 
 
@@ -116,7 +121,13 @@ def _check_x(x, d: int | None = None) -> Array:
     return x
 
 
-def _check_params(params) -> GMMParams:
+def check_params(params) -> GMMParams:
+    """``params`` as :class:`GMMParams` of floating arrays, or ``ValueError`` naming the bad field.
+
+    Checks shapes ``(K,)``, ``(K, d)``, ``(K, d, d)`` and, when concrete, that
+    every entry is finite, the weights are positive and sum to one, and every
+    covariance is symmetric positive definite.
+    """
     if not isinstance(params, tuple) or len(params) != 3:
         raise ValueError("params must be GMMParams(weights, means, covariances)")
     weights, means, covariances = (_float(f"params.{f}", a) for f, a in zip(GMMParams._fields, params))
@@ -231,7 +242,7 @@ def sim(params: GMMParams, x, *, normalised: bool = True) -> Array:
       ``(N, K)`` array; ``sim[i, k] = ln pi_k + ln N(x_i | mu_k, Sigma_k)``
       when ``normalised``.
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     return _sim(params, x, normalised)
 
@@ -342,7 +353,7 @@ def grad_means(params: GMMParams, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(K, d)``.
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     r = core.weights(_sim(params, x, normalised))
     _, _, u = _precision_times_diff(params, x)
@@ -363,7 +374,7 @@ def grad_x(params: GMMParams, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(N, d)``.
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     r = core.weights(_sim(params, x, normalised))
     _, _, u = _precision_times_diff(params, x)
@@ -388,7 +399,7 @@ def grad_covariances(params: GMMParams, x, *, normalised: bool = True) -> Array:
       ``(K, d, d)``, symmetric; equal to ``jax.grad`` through the
       (symmetrising) Cholesky factorisation.
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     r = core.weights(_sim(params, x, normalised))
     L, _, u = _precision_times_diff(params, x)
@@ -418,7 +429,7 @@ def grad_weights(params: GMMParams, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(K,)``.
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     r = core.weights(_sim(params, x, normalised))
     return -jnp.sum(r, axis=0) / params.weights
@@ -453,7 +464,7 @@ def em_step_reference(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMPar
     at large :math:`N`; it is kept as the oracle that :func:`em_step` is
     tested against (equal to round-off).
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     reg = _check_reg(reg_covar)
     return _em_step_reference_jit(params, x, jnp.asarray(reg, x.dtype))
@@ -592,7 +603,7 @@ def em_step(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
     Returns:
       The updated :class:`GMMParams`.
     """
-    params = _check_params(params)
+    params = check_params(params)
     x = _check_x(x, params.means.shape[1])
     reg = _check_reg(reg_covar)
     return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
@@ -687,10 +698,35 @@ def _em_loop(params: GMMParams, stats, N, shift: Array, max_iter: int, tol, reg_
     return params, trace, n_iter, failed
 
 
-def _fit_loop(params: GMMParams, x: Array, max_iter: int, tol, reg_covar):
-    shift = jnp.mean(x, axis=0)
-    return _em_loop(params, lambda p: _suff_stats(_sim_coefficients(p, shift), x, shift),
-                    x.shape[0], shift, max_iter, tol, reg_covar, x.dtype)
+def sufficient_statistics(params: GMMParams, x, shift, valid=None):
+    r"""One pass over the rows: :math:`(\sum_i \ln p(x_i), R)` with :math:`R = r^\top f(x - \mathrm{shift})`.
+
+    :math:`r` are the responsibilities and :math:`f(y) = [1, y, y_a y_b]_{a \le b}`
+    the quadratic features, so ``R`` holds :math:`N_k`, :math:`\sum_i r_{ik}(x_i - s)`
+    and the packed :math:`\sum_i r_{ik}(x_i - s)(x_i - s)^\top`: all the M-step needs.
+    ``shift`` (usually the data mean) keeps the second moments well conditioned;
+    ``valid`` (``(N,)`` of 0/1) masks padding rows. Sums over row blocks add, so a
+    sharded pass is the ``psum`` of per-device passes (:mod:`lse_energy.sharding`).
+    A kernel: it does not validate, for use inside ``jit``.
+    """
+    return _suff_stats(_sim_coefficients(params, shift), x, shift, valid)
+
+
+def m_step(R, n, shift, reg_covar) -> GMMParams:
+    """The closed-form M-step (:func:`em_step`) from :func:`sufficient_statistics` ``R`` of ``n`` rows.
+
+    A kernel: it does not validate, for use inside ``jit``.
+    """
+    return _m_step(R, n, shift, reg_covar)
+
+
+def _local_statistics(params, x, shift):
+    return sufficient_statistics(params, x, shift)
+
+
+@partial(jax.jit, static_argnames=("statistics", "n", "max_iter"))
+def _em_jit(params, statistics, data, n, shift, max_iter, tol, reg_covar):
+    return _em_loop(params, lambda p: statistics(p, *data), n, shift, max_iter, tol, reg_covar, shift.dtype)
 
 
 def _raise_if_failed(failed, reg_covar: float) -> None:
@@ -705,7 +741,6 @@ def _raise_if_failed(failed, reg_covar: float) -> None:
         )
 
 
-_fit_loop_jit = jax.jit(_fit_loop, static_argnames=("max_iter",))
 
 
 def _check_fit_args(max_iter, tol) -> tuple[int, float]:
@@ -757,10 +792,39 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
         raised; call ``fit`` outside ``jit``.
     """
     x = _check_x(x)
-    max_iter, tol_f = _check_fit_args(max_iter, tol)
+    _check_fit_args(max_iter, tol)
     params = initialize(x, n_components, key=key, reg_covar=reg_covar)
+    shift = jnp.mean(x, axis=0)
+    return em(params, _local_statistics, (x, shift), n=x.shape[0], shift=shift, max_iter=max_iter, tol=tol,
+              reg_covar=reg_covar)
+
+
+def em(params: GMMParams, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6,
+       reg_covar: float = 1e-6):
+    r"""EM from ``params`` with a given pass over the data; the loop of :func:`fit`.
+
+    Each iteration is one call ``statistics(p, *data) -> (sum_i ln p(x_i | p), R)``
+    (:func:`sufficient_statistics` for data in memory; :mod:`lse_energy.sharding`
+    passes a sharded pass), then :func:`m_step`. The stopping rule, the energy
+    trace and the error on a covariance that is no longer positive definite are
+    those of :func:`fit`.
+
+    Args:
+      params: initial :class:`GMMParams`.
+      statistics: a hashable function (a static argument of the jitted loop).
+      data: tuple of arrays passed to ``statistics`` after ``p``.
+      n: the number of data points ``N``.
+      shift: ``(d,)`` the shift ``statistics`` uses.
+      max_iter, tol, reg_covar: as in :func:`fit`.
+
+    Returns:
+      ``(params, energies)`` as :func:`fit`.
+    """
+    params = check_params(params)
+    max_iter, tol_f = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)
-    params, trace, n_iter, failed = _fit_loop_jit(
-        params, x, max_iter, jnp.asarray(tol_f, x.dtype), jnp.asarray(reg, x.dtype))
+    shift = jnp.asarray(shift)
+    params, trace, n_iter, failed = _em_jit(params, statistics, tuple(data), operator.index(n), shift, max_iter,
+                                            jnp.asarray(tol_f, shift.dtype), jnp.asarray(reg, shift.dtype))
     _raise_if_failed(failed, reg)
     return params, trace[: int(n_iter) + 1]

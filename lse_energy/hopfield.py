@@ -87,39 +87,14 @@ __all__ = [
 _concrete = _validate.is_concrete
 
 
-def _check_beta(beta):
-    if _concrete(beta):
-        b = np.asarray(beta)
-        if not (np.issubdtype(b.dtype, np.floating) or np.issubdtype(b.dtype, np.integer)):
-            raise ValueError(f"beta must be a real number > 0; got {beta!r}")
-        if b.ndim != 0:
-            raise ValueError(f"beta must be a scalar; got shape {b.shape}")
-        if not np.isfinite(b) or not b > 0:
-            raise ValueError(f"beta must be finite and > 0; got {beta!r}")
-    return beta
 
 
-def _check_matrix(name, a, d=None):
-    a = jnp.asarray(a)
-    if a.ndim != 2:
-        raise ValueError(f"{name} must have shape (rows, d); got shape {a.shape}")
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
-    if a.shape[0] == 0 or a.shape[1] == 0:
-        raise ValueError(f"{name} must be non-empty; got shape {a.shape}")
-    if d is not None and a.shape[1] != d:
-        raise ValueError(
-            f"{name} has dimension d = {a.shape[1]} but memories have d = {d}"
-        )
-    if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{name} must be finite")
-    return a
 
 
 def _check(memories, queries, beta):
-    memories = _check_matrix("memories", memories)
-    queries = _check_matrix("queries", queries, memories.shape[1])
-    _check_beta(beta)
+    memories = _validate.points("memories", memories)
+    queries = _validate.points("queries", queries, memories.shape[1], ref="memories")
+    _validate.beta(beta)
     return memories, queries
 
 
@@ -286,7 +261,7 @@ def cccp_surrogate(memories, queries, anchor, *, beta=1.0) -> Array:
       Scalar.
     """
     memories, queries = _check(memories, queries, beta)
-    anchor = _check_matrix("anchor", anchor, memories.shape[1])
+    anchor = _validate.points("anchor", anchor, memories.shape[1], ref="memories")
     if anchor.shape != queries.shape:
         raise ValueError(f"anchor must have the shape of queries {queries.shape}; got {anchor.shape}")
     g = grad_queries(memories, anchor, beta=beta)
@@ -375,7 +350,7 @@ def retrieve(memories, queries, *, beta=1.0, steps=10, return_energy=False):
 
 
 def _check_binary(name, s, allow_zero):
-    s = _check_matrix(name, s)
+    s = _validate.points(name, s)
     allowed = (-1.0, 0.0, 1.0) if allow_zero else (-1.0, 1.0)
     if _concrete(s) and not bool(np.all(np.isin(np.asarray(s), allowed))):
         what = "-1, 0 or +1" if allow_zero else "-1 or +1"
@@ -421,7 +396,7 @@ def classical_energy(weights, states) -> Array:
 
 
 def _check_classical(weights, states):
-    weights = _check_matrix("weights", weights)
+    weights = _validate.points("weights", weights)
     d = weights.shape[1]
     if weights.shape[0] != d:
         raise ValueError(f"weights must be square (d, d); got {weights.shape}")

@@ -37,14 +37,16 @@ makes a one-axis mesh over all (or the first ``n``) devices:
 
 from __future__ import annotations
 
+import functools
 import operator
+from functools import partial
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lse_energy import gmm, hopfield
+from lse_energy import _validate, gmm, hopfield
 
 Array = jax.Array
 
@@ -76,14 +78,6 @@ def _axis(mesh) -> str:
     return mesh.axis_names[0]
 
 
-def _float_x(x) -> Array:
-    """The sharded GMM takes continuous data: an integer or boolean ``x`` raises (no silent cast)."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"x must have a floating dtype; got {x.dtype} (cast it explicitly)")
-    return x
-
-
 def shard_rows(a, mesh: Mesh):
     r"""Zero-pad ``a`` to a multiple of the device count along axis 0 and place it row-sharded.
 
@@ -110,16 +104,20 @@ def shard_rows(a, mesh: Mesh):
 # ---------------------------------------------------------------------------
 
 
-def _global_stats(mesh: Mesh):
-    """shard_map'ed ``(params, shift, x, valid) -> (sum ln p(x_i), r' f(x - shift))``, psum'ed."""
+@functools.lru_cache(maxsize=None)
+def _sharded_statistics(mesh: Mesh):
+    """``(params, x, valid, shift) -> (sum ln p(x_i), r' f(x - shift))`` over rows sharded on ``mesh``, psum'ed.
+
+    One function per mesh (cached), so that :func:`lse_energy.gmm.em`, which takes it
+    as a static argument, compiles once per mesh and shape.
+    """
     axis = _axis(mesh)
 
-    def local(params, shift, x, valid):
-        A = gmm._sim_coefficients(params, shift)
-        ll, R = gmm._suff_stats(A, x, shift, valid)
+    def local(params, x, valid, shift):
+        ll, R = gmm.sufficient_statistics(params, x, shift, valid)
         return jax.lax.psum(ll, axis), jax.lax.psum(R, axis)
 
-    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(), P(axis), P(axis)), out_specs=(P(), P()))
+    return jax.shard_map(local, mesh=mesh, in_specs=(P(), P(axis), P(axis), P()), out_specs=(P(), P()))
 
 
 def _global_mean(mesh: Mesh):
@@ -131,21 +129,38 @@ def _global_mean(mesh: Mesh):
     return jax.shard_map(local, mesh=mesh, in_specs=(P(axis), P(axis)), out_specs=P())
 
 
+@partial(jax.jit, static_argnames=("N", "mesh"))
+def _shift(x, valid, N, mesh):
+    return _global_mean(mesh)(x, valid) / N
+
+
 def _sharded_em_step(params, x, valid, reg_covar, N, mesh):
     shift = _global_mean(mesh)(x, valid) / N
-    _, R = _global_stats(mesh)(params, shift, x, valid)
-    return gmm._m_step(R, N, shift, reg_covar)
+    _, R = _sharded_statistics(mesh)(params, x, valid, shift)
+    return gmm.m_step(R, N, shift, reg_covar)
 
 
 _sharded_em_step_jit = jax.jit(_sharded_em_step, static_argnames=("N", "mesh"))
 
 
+def _check_x(x, d=None) -> Array:
+    """The sharded GMM takes continuous data: an integer or boolean ``x`` raises (no silent cast)."""
+    x = jnp.asarray(x)
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        raise ValueError(f"x must have a floating dtype; got {x.dtype} (cast it explicitly)")
+    x = _validate.points("x", x)
+    if d is not None and x.shape[1] != d:
+        raise ValueError(f"x has dimension {x.shape[1]} but params.means has d = {d}")
+    return x
+
+
 def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 0.0) -> gmm.GMMParams:
     r"""One EM step of :func:`lse_energy.gmm.em_step` with the data points sharded over ``mesh``.
 
-    Each device computes the E-step and the sufficient statistics of its rows;
-    one ``psum`` combines them and every device then performs the same
-    closed-form M-step. The result is replicated.
+    Each device computes the E-step and the sufficient statistics of its rows
+    (:func:`lse_energy.gmm.sufficient_statistics`); one ``psum`` combines them
+    and every device then performs the same closed-form M-step
+    (:func:`lse_energy.gmm.m_step`). The result is replicated.
 
     Args:
       params: :class:`lse_energy.gmm.GMMParams`.
@@ -159,31 +174,22 @@ def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 
       The updated :class:`~lse_energy.gmm.GMMParams`, equal to
       ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order.
     """
-    params = gmm._check_params(params)
-    x = gmm._check_x(_float_x(x), params.means.shape[1])
-    reg = gmm._check_reg(reg_covar)
+    params = gmm.check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    reg = _validate.nonnegative("reg_covar", reg_covar)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
     return _sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), N, mesh)
-
-
-def _sharded_fit_loop(params, x, valid, max_iter, tol, reg_covar, N, mesh):
-    stats = _global_stats(mesh)
-    shift = _global_mean(mesh)(x, valid) / N
-    return gmm._em_loop(params, lambda p: stats(p, shift, x, valid), N, shift, max_iter, tol, reg_covar,
-                        x.dtype)
-
-
-_sharded_fit_loop_jit = jax.jit(_sharded_fit_loop, static_argnames=("max_iter", "N", "mesh"))
 
 
 def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, tol: float = 1e-6,
                 reg_covar: float = 1e-6):
     r""":func:`lse_energy.gmm.fit` with the data points sharded over ``mesh``.
 
-    Same initialisation (:func:`lse_energy.gmm.initialize` with ``key``), same
-    stopping rule and the same energy trace; one pass over each device's rows
-    and one ``psum`` per iteration.
+    Same initialisation (:func:`lse_energy.gmm.initialize` with ``key``), the
+    same EM loop (:func:`lse_energy.gmm.em`, here with a sharded pass over the
+    rows: one ``psum`` per iteration), hence the same stopping rule and energy
+    trace.
 
     Args:
       x: ``(N, d)`` floating point (an integer or boolean array raises
@@ -199,17 +205,13 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
       ValueError: as :func:`lse_energy.gmm.fit`, also when a covariance stops
         being positive definite (naming the component and the iteration).
     """
-    x = gmm._check_x(_float_x(x))
-    max_iter, tol_f = gmm._check_fit_args(max_iter, tol)
+    x = _check_x(x)
     params = gmm.initialize(x, n_components, key=key, reg_covar=reg_covar)
-    reg = gmm._check_reg(reg_covar)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
-    params, trace, n_iter, failed = _sharded_fit_loop_jit(
-        params, xs, valid, max_iter, jnp.asarray(tol_f, x.dtype), jnp.asarray(reg, x.dtype), N, mesh
-    )
-    gmm._raise_if_failed(failed, reg)
-    return params, trace[: int(n_iter) + 1]
+    shift = _shift(xs, valid, N, mesh)
+    return gmm.em(params, _sharded_statistics(mesh), (xs, valid, shift), n=N, shift=shift, max_iter=max_iter,
+                  tol=tol, reg_covar=reg_covar)
 
 
 # ---------------------------------------------------------------------------
@@ -228,8 +230,10 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, steps=10, retur
       As :func:`lse_energy.hopfield.retrieve`: ``(N, d)`` final states and,
       with ``return_energy``, the ``(steps + 1, N)`` per-query energies.
     """
-    memories, queries = hopfield._check(memories, queries, beta)
-    steps = hopfield._check_steps("steps", steps)
+    memories = _validate.points("memories", memories)
+    queries = _validate.points("queries", queries, memories.shape[1], ref="memories")
+    _validate.beta(beta)
+    steps = _validate.count("steps", steps, 0)
     axis = _axis(mesh)
     beta = jnp.asarray(beta, dtype=memories.dtype)
     N = queries.shape[0]
@@ -237,7 +241,7 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, steps=10, retur
     return_energy = bool(return_energy)
     out_specs = (P(axis), P(None, axis)) if return_energy else P(axis)
     run = jax.shard_map(
-        lambda m, q, b: hopfield._retrieve(m, q, b, steps, return_energy),
+        lambda m, q, b: hopfield.retrieve(m, q, beta=b, steps=steps, return_energy=return_energy),
         mesh=mesh,
         in_specs=(P(), P(axis), P()),
         out_specs=out_specs,
