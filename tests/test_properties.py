@@ -43,7 +43,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
-from lse_energy import anpc, pcn, structural
+from lse_energy import anpc, expanding, pcn, structural
 from lse_energy import mixture_pc as mpc
 from lse_energy.experiments import diffusion_mlp as dmlp
 from lse_energy.testing import relative_error
@@ -454,6 +454,91 @@ def build_pcn(seed, n, k, d, scale):
                     lambda z: pcn.sim(z["params"], z["xs"], prec).reshape(-1, 1), np_ref, mp_ref)
 
 
+def build_structural(seed, n, k, d, scale):
+    """Singh & Buckley §4 collapsed free energy (prior "hopfield"), differentiated in the latents."""
+    rng = np.random.default_rng(seed)
+    x = jnp.asarray(rng.normal(size=(n, d + 1)))
+    w = jnp.asarray(scale * rng.normal(size=(d, d + 1)))
+    z = dict(mu=jnp.asarray(rng.normal(size=(k, d))))
+
+    def xw(z):  # the fixed x and W in the latents' dtype (the float32 test casts z only)
+        return x.astype(z["mu"].dtype), w.astype(z["mu"].dtype)
+
+    def sim(z):
+        xc, wc = xw(z)
+        return z["mu"] @ wc @ xc.T  # (k latents, n observations): each latent picks one observation
+
+    def np_sim(mu):
+        return mu @ np.asarray(w) @ np.asarray(x).T
+
+    def grad(z):  # dF/dmu = mu - sum_j a_ij W x_j, and sum_j a_ij W x_j is one CCCP step
+        return dict(mu=z["mu"] - structural.cccp_step(z["mu"], *xw(z)))
+
+    return Instance(
+        z=z,
+        energy=lambda z: structural.energy(z["mu"], *xw(z)),
+        grad=grad,
+        sim=sim,
+        numpy=lambda z: 0.5 * np.sum(z["mu"] ** 2) - np.sum(_np_lse(np_sim(z["mu"]))),
+        mpmath=lambda z: mp.mpf(0.5) * mp.fsum(_mpm(z["mu"] ** 2)) + _mp_lse_energy(
+            [[mp.mpf(float(v)) for v in row] for row in np_sim(z["mu"])]),
+    )
+
+
+def build_expanding(seed, n, k, d, scale):
+    """Expanding attention's energy: a geometric prior over the distance to each of k keys."""
+    rng = np.random.default_rng(seed)
+    z = dict(sims=jnp.asarray(scale * rng.normal(size=(n, k))), q=jnp.asarray(rng.uniform(0.1, 0.9, size=n)))
+
+    def np_sim(z):
+        i = np.arange(z["sims"].shape[-1])
+        return z["sims"] + np.log(z["q"])[:, None] + i * np.log1p(-z["q"])[:, None]
+
+    def mp_ref(z):
+        rows = [[mp.mpf(float(s)) + mp.log(mp.mpf(float(q))) + i * mp.log(1 - mp.mpf(float(q)))
+                 for i, s in enumerate(row)] for row, q in zip(z["sims"], z["q"])]
+        return _mp_lse_energy(rows)
+
+    return Instance(
+        z=z,
+        energy=lambda z: expanding.energy(z["sims"], z["q"]),
+        grad=lambda z: dict(sims=expanding.grad_sims(z["sims"], z["q"]), q=expanding.grad_q(z["sims"], z["q"])),
+        sim=lambda z: z["sims"] + jnp.log(z["q"])[:, None] + jnp.arange(z["sims"].shape[-1]) * jnp.log1p(-z["q"])[:, None],
+        numpy=lambda z: -np.sum(_np_lse(np_sim(z))),
+        mpmath=mp_ref,
+    )
+
+
+def build_anpc(seed, n, k, d, scale):
+    """Attention-normalised PC (Singh & Buckley §4.4): n states of k + 1 neurons, all-to-all synapses."""
+    rng = np.random.default_rng(seed)
+    N = k + 1
+    W = jnp.asarray(rng.normal(size=(N, N)))
+    B = jnp.asarray(0.3 * rng.normal(size=(N, N)))
+    A = jnp.asarray(~np.eye(N, dtype=bool))  # every neuron has the other k as presynaptic parents
+    prec = jnp.asarray(rng.uniform(0.5, 2.0, size=(N, N)))
+    z = dict(x=jnp.asarray(scale * rng.normal(size=(n, N))))
+
+    def cast(z):  # the fixed parameters in the states' dtype (the float32 test casts z only)
+        t = z["x"].dtype
+        return anpc.Params(W.astype(t), B.astype(t), A), z["x"], prec.astype(t)
+
+    def np_sim(x):
+        e = x[:, :, None] - (np.asarray(W) * np.tanh(x)[:, None, :] + np.asarray(B))
+        s = -0.5 * np.asarray(prec) * e * e
+        off = ~np.eye(N, dtype=bool)
+        return s[:, off].reshape(x.shape[0] * N, N - 1)  # one row per (state, neuron): its k parents
+
+    return Instance(
+        z=z,
+        energy=lambda z: anpc.energy(*cast(z)),
+        grad=lambda z: dict(x=anpc.grad_x(*cast(z))),
+        sim=lambda z: anpc.sim(*cast(z)),
+        numpy=lambda z: -np.sum(_np_lse(np_sim(z["x"]))),
+        mpmath=lambda z: _mp_lse_energy([[mp.mpf(float(v)) for v in row] for row in np_sim(z["x"])]),
+    )
+
+
 class Model(NamedTuple):
     name: str
     build: Callable
@@ -472,6 +557,9 @@ MODELS = [
     Model("diffusion", build_diffusion, 2.0),
     Model("mixture_pc", build_pc_mixture, 2.0),
     Model("pcn", build_pcn, 2.0),
+    Model("structural", build_structural, 2.0),
+    Model("expanding", build_expanding, 1.0),
+    Model("anpc", build_anpc, 2.0),
 ]
 MODEL_PARAMS = [pytest.param(m, id=m.name) for m in MODELS]
 

@@ -1,0 +1,179 @@
+r"""Every model of the package, listed once.
+
+Each :class:`Model` names the model's module and the book chapter that derives
+it, the function that defines it (its log-sum-exp energy, or for the models
+the book shows *without* an energy, the map they compute), a small valid
+instance of its arguments, and the arguments that function is differentiable
+in. The registry drives the generic tests (``tests/test_registry.py``: every
+model's function is finite and passes ``jax.test_util.check_grads`` to second
+order; ``tests/test_properties.py``: independent NumPy and ``mpmath`` oracles
+of every energy; ``tests/test_validation.py``: bad-input cases for every
+module), the equation index and the API reference chapter.
+
+The registry imports every model module, so it sits above them, beside
+:mod:`lse_energy.sharding` and :mod:`lse_energy.experiments`; no model imports
+it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from lse_energy import (
+    anpc,
+    attention,
+    core,
+    diffusion,
+    expanding,
+    gmm,
+    hopfield,
+    mixture_pc,
+    multihop,
+    pcn,
+    rbm,
+    slds,
+    slot_attention,
+    structural,
+)
+
+__all__ = ["Model", "MODELS", "get"]
+
+
+class Model(NamedTuple):
+    """One model.
+
+    Attributes:
+      name: the module's name in :mod:`lse_energy` (``lse_energy.<name>``).
+      chapter: the book chapter that derives it (a file in ``book/``, no suffix).
+      title: a few words naming the model.
+      function: its energy, or (``has_energy`` false) the map it computes.
+      has_energy: whether ``function`` is a log-sum-exp energy (a scalar).
+      example: ``example(key) -> dict`` of keyword arguments for ``function``: a
+        small valid instance in the default floating dtype.
+      wrt: the arguments ``function`` is differentiated in (``"arg.field"`` for one field of a
+        parameter tuple: constrained fields, such as weights on the simplex or covariances,
+        are left out).
+    """
+
+    name: str
+    chapter: str
+    title: str
+    function: Callable
+    has_energy: bool
+    example: Callable
+    wrt: tuple
+
+
+def _n(key, i, shape, scale=1.0):
+    return scale * jax.random.normal(jax.random.fold_in(key, i), shape, jnp.result_type(float))
+
+
+def _spd(key, i, K, d):
+    a = _n(key, i, (K, d, d), 0.3)
+    return jnp.eye(d) + a @ jnp.swapaxes(a, 1, 2)
+
+
+def _core(key):
+    return dict(sim=_n(key, 0, (4, 3)))
+
+
+def _gmm(key):
+    K, d = 3, 2
+    return dict(params=gmm.GMMParams(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d)), _spd(key, 1, K, d)),
+                x=_n(key, 2, (5, d)))
+
+
+def _slds(key):
+    K, d = 2, 2
+    return dict(params=slds.SLDSParams(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d, d), 0.5), _n(key, 1, (K, d), 0.1),
+                                       _spd(key, 2, K, d)),
+                x=_n(key, 3, (6, d)))
+
+
+def _mixture_pc(key):
+    return dict(params=mixture_pc.init_params(2, 4, 3, key=key), x=_n(key, 1, (5, 3)), mu=_n(key, 2, (3, 2)))
+
+
+def _attention(key):
+    return dict(q=_n(key, 0, (3, 2)), k=_n(key, 1, (4, 2)))
+
+
+def _hopfield(key):
+    return dict(memories=_n(key, 0, (4, 3)), queries=_n(key, 1, (2, 3)))
+
+
+def _slot(key):
+    return dict(params=slot_attention.SlotParams(_n(key, 0, (2, 3), 0.5), _n(key, 1, (2, 2), 0.5)),
+                x=_n(key, 2, (5, 3)), mu=_n(key, 3, (3, 2)))
+
+
+def _structural(key):
+    return dict(mu=_n(key, 0, (3, 2)), x=_n(key, 1, (5, 4)), w=_n(key, 2, (2, 4), 0.3))
+
+
+def _multihop(key):
+    return dict(q=_n(key, 0, (4, 2)), k=_n(key, 1, (4, 2)), v=_n(key, 2, (4, 3)))
+
+
+def _expanding(key):
+    return dict(sims=_n(key, 0, (2, 6)), q=jnp.asarray([0.3, 0.6], jnp.result_type(float)))
+
+
+def _rbm(key):
+    v = (jax.random.uniform(jax.random.fold_in(key, 1), (3,)) < 0.5).astype(jnp.result_type(float))
+    return dict(params=rbm.RBMParams(W=_n(key, 0, (3, 2), 0.5), b=_n(key, 2, (3,), 0.1), c=_n(key, 3, (2,), 0.1)), v=v)
+
+
+def _diffusion(key):
+    return dict(data=_n(key, 0, (4, 2)), schedule=diffusion.linear_schedule(10, 1e-3, 0.2), x=_n(key, 1, (3, 2)),
+                t=jnp.asarray([2, 5, 9]))
+
+
+def _pcn(key):
+    params = pcn.init_params((2, 3, 2), key=key)
+    return dict(params=params, xs=(_n(key, 1, (4, 2)), _n(key, 2, (4, 3)), _n(key, 3, (4, 2))))
+
+
+def _anpc(key):
+    N = 3
+    adjacency = jnp.asarray([[False, True, True], [True, False, False], [True, True, True]])
+    return dict(params=anpc.Params(_n(key, 0, (N, N)), _n(key, 1, (N, N), 0.1), adjacency), x=_n(key, 2, (4, N)))
+
+
+MODELS: tuple[Model, ...] = (
+    Model("core", "01_lse_energy", "the log-sum-exp energy", core.energy, True, _core, ("sim",)),
+    Model("gmm", "02_gmm", "Gaussian mixtures", gmm.energy, True, _gmm, ("params.means", "x")),
+    Model("slds", "03_slds", "switching linear dynamics", slds.energy, True, _slds, ("params.A", "params.b", "x")),
+    Model("mixture_pc", "04_mixture_predictive_coding", "predictive coding with latent causes", mixture_pc.energy,
+          True, _mixture_pc, ("params", "x", "mu")),
+    Model("attention", "05_attention", "cross-, self- and multi-head attention", attention.cross_energy, True,
+          _attention, ("q", "k")),
+    Model("hopfield", "06_hopfield", "modern Hopfield networks", hopfield.energy, True, _hopfield,
+          ("memories", "queries")),
+    Model("slot_attention", "07_slot_attention", "slot attention", slot_attention.energy, True, _slot,
+          ("params", "x", "mu")),
+    Model("structural", "08_structural_inference", "iterative attention as structural inference", structural.energy,
+          True, _structural, ("mu", "x", "w")),
+    Model("multihop", "12_new_attention_designs", "multi-hop attention (no energy)", multihop.attend, False,
+          _multihop, ("q", "k", "v")),
+    Model("expanding", "12_new_attention_designs", "expanding attention", expanding.energy, True, _expanding,
+          ("sims",)),
+    Model("rbm", "09_rbm", "restricted Boltzmann machines (free energy)", rbm.free_energy, True, _rbm, ("params",)),
+    Model("diffusion", "10_diffusion", "diffusion: the ideal denoiser's energy", diffusion.energy, True, _diffusion,
+          ("data", "x")),
+    Model("pcn", "11_predictive_coding_networks", "hierarchical predictive coding networks", pcn.energy, True, _pcn,
+          ("params", "xs")),
+    Model("anpc", "14_attention_normalised_pc", "attention-normalised predictive coding", anpc.energy, True, _anpc,
+          ("params", "x")),
+)
+
+
+def get(name: str) -> Model:
+    """The :class:`Model` called ``name``; ``ValueError`` listing the names when there is none."""
+    for m in MODELS:
+        if m.name == name:
+            return m
+    raise ValueError(f"no model {name!r}; the registry has {[m.name for m in MODELS]}")

@@ -1,0 +1,141 @@
+"""Generic tests over every model of :mod:`lse_energy.registry`.
+
+* the registry lists every model module once, and every chapter it names exists;
+* every model's function is finite on its example; an energy is a scalar;
+* ``jax.test_util.check_grads`` to second order (forward and reverse mode) on
+  every model's function, in the floating leaves of the arguments it lists;
+* every model with an energy has an independent NumPy/``mpmath`` oracle in
+  ``test_properties.MODELS`` and bad-input cases in ``test_validation``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pathlib
+import pkgutil
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.test_util import check_grads
+
+import lse_energy
+from lse_energy.registry import MODELS, get
+
+jax.config.update("jax_enable_x64", True)
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+if str(ROOT / "tests") not in sys.path:
+    sys.path.insert(0, str(ROOT / "tests"))
+IDS = [m.name for m in MODELS]
+
+# Modules that are not models: the bottom layer, the layers above the models, helpers.
+NOT_MODELS = {"_validate", "_progress", "testing", "plotting", "registry", "sharding", "experiments"}
+
+
+def test_registry_lists_every_model_module_once():
+    modules = {m.name for m in pkgutil.iter_modules(lse_energy.__path__)} - NOT_MODELS
+    assert sorted(IDS) == sorted(modules)
+    assert len(IDS) == len(set(IDS))
+    with pytest.raises(ValueError, match="no model 'gauss'"):
+        get("gauss")
+
+
+@pytest.mark.parametrize("model", MODELS, ids=IDS)
+def test_chapter_exists_and_function_is_public(model):
+    assert (ROOT / "book" / f"{model.chapter}.ipynb").exists()
+    module = importlib.import_module(f"lse_energy.{model.name}")
+    assert model.function.__module__ == module.__name__
+    assert model.function.__name__ in module.__all__
+
+
+def _split(example, wrt):
+    """(floating leaves of the ``wrt`` arguments, a function rebuilding the arguments from them).
+
+    A ``wrt`` entry is an argument name or ``"arg.field"`` for one field of a NamedTuple argument
+    (the constrained fields, such as mixture weights on the simplex, are left out: a finite
+    difference would leave their domain).
+    """
+    def get(name):
+        arg, _, field = name.partition(".")
+        return getattr(example[arg], field) if field else example[arg]
+
+    leaves, tree = jax.tree_util.tree_flatten([get(w) for w in wrt])
+    is_float = [jnp.issubdtype(jnp.asarray(a).dtype, jnp.floating) for a in leaves]
+    floats = tuple(a for a, f in zip(leaves, is_float) if f)
+
+    def rebuild(*new):
+        it = iter(new)
+        values = jax.tree_util.tree_unflatten(tree, [next(it) if f else a for a, f in zip(leaves, is_float)])
+        out = dict(example)
+        for name, value in zip(wrt, values):
+            arg, _, field = name.partition(".")
+            out[arg] = out[arg]._replace(**{field: value}) if field else value
+        return out
+
+    return floats, rebuild
+
+
+@pytest.mark.parametrize("model", MODELS, ids=IDS)
+def test_function_is_finite_and_an_energy_is_a_scalar(model):
+    out = model.function(**model.example(jax.random.key(0)))
+    assert bool(jnp.all(jnp.isfinite(out)))
+    assert jnp.result_type(out) == jnp.float64
+    if model.has_energy:
+        assert jnp.shape(out) == ()
+
+
+@pytest.mark.parametrize("model", MODELS, ids=IDS)
+def test_check_grads_second_order(model):
+    example = model.example(jax.random.key(1))
+    floats, rebuild = _split(example, model.wrt)
+    assert floats, f"{model.name}: nothing to differentiate"
+
+    def f(*leaves):
+        return model.function(**rebuild(*leaves))
+
+    check_grads(f, floats, order=2, modes=("fwd", "rev"))  # JAX's float64 defaults: eps 1e-4, tol 1e-5
+
+
+def test_every_energy_has_an_independent_oracle():
+    import test_properties as P
+
+    oracles = {m.name.split(".")[0] for m in P.MODELS}
+    missing = sorted(m.name for m in MODELS if m.has_energy and m.name not in oracles)
+    assert not missing, f"no NumPy/mpmath oracle in test_properties.MODELS for {missing}"
+
+
+def test_every_model_has_validation_cases():
+    import test_validation as V
+
+    missing = sorted(m.name for m in MODELS if m.name not in V.REQUIRED)
+    assert not missing, f"no bad-input cases in test_validation.REQUIRED for {missing}"
+
+
+def test_equation_index_names_every_model_and_only_real_objects():
+    import re
+
+    text = (ROOT / "book" / "equation_index.md").read_text()
+    for model in MODELS:
+        assert f"lse_energy.{model.name}." in text, f"the equation index does not cite lse_energy.{model.name}"
+    for dotted in sorted(set(re.findall(r"`(lse_energy(?:\.\w+)+)`", text))):
+        parts = dotted.split(".")
+        for i in range(len(parts), 0, -1):
+            try:
+                obj = importlib.import_module(".".join(parts[:i]))
+                break
+            except ModuleNotFoundError:
+                continue
+        for attr in parts[i:]:
+            assert hasattr(obj, attr), f"the equation index cites {dotted}, which does not exist"
+            obj = getattr(obj, attr)
+
+
+def test_examples_are_deterministic():
+    for model in MODELS:
+        a = jax.tree_util.tree_leaves(model.example(jax.random.key(3)))
+        b = jax.tree_util.tree_leaves(model.example(jax.random.key(3)))
+        for x, y in zip(a, b):
+            np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
