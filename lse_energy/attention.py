@@ -446,7 +446,7 @@ def edge_prior(bias, mask=None) -> Array:
     r"""The normalised edge prior :math:`\pi_{cp} \propto \exp b_{cp}` of an additive bias.
 
     Singh & Buckley §6: a positional bias is a non-uniform structural prior.
-    ``softmax(sim + b) = `` posterior under :math:`\pi` (Bayes' rule).
+    ``softmax(sim + b)`` is the posterior under :math:`\pi` (Bayes' rule).
 
     Args:
       bias: ``(..., N_Q, N_K)``.

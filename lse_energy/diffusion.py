@@ -48,7 +48,7 @@ schedule arrays holds step ``t``. Shapes: ``data: (N, d)``, ``x: (B, d)``,
 ``t``: a scalar or ``(B,)`` integer array. A noise predictor ``eps_fn`` has
 the signature ``eps_fn(params, schedule, x, t) -> (B, d)``; the ideal one is
 ``ideal_epsilon`` with ``params = data``, the learned one is
-``mlp_epsilon`` with :class:`MLPParams`.
+``lse_energy.experiments.diffusion_mlp.epsilon`` with its ``Params``.
 
 Input dtypes. Points (``data``, ``x``, ``x0``, ``xt``, ``eps``, ...), the
 variance schedule ``betas`` and network parameters are continuous and must
@@ -624,7 +624,7 @@ def sample(eps_fn: Callable, params, schedule, n_samples: int, dim: int, *, key,
     Args:
       eps_fn: noise predictor ``eps_fn(params, schedule, x, t) -> (B, d)``, a
         hashable function (static argument), e.g. :func:`ideal_epsilon` or
-        :func:`mlp_epsilon`.
+        ``lse_energy.experiments.diffusion_mlp.epsilon``.
       params: its parameters (``data`` for :func:`ideal_epsilon`).
       schedule: :class:`Schedule`.
       n_samples, dim: the samples are ``(n_samples, dim)``.

@@ -203,7 +203,8 @@ class Result(NamedTuple):
         compare :func:`self_attention_ops`.
       converged: ``(...)`` bool, :math:`|q_{t+1} - q_t| < \mathrm{tol}` reached.
       q: ``(...)``, :math:`q_T`.
-      alpha, beta: ``(...)``, :math:`\alpha_T, \beta_T`.
+      alpha: ``(...)``, :math:`\alpha_T`.
+      beta: ``(...)``, :math:`\beta_T`.
       weights: ``(..., m)``, :math:`p_T` (zero outside the window) over the
         first ``m`` keys: ``m = n`` on the dense path, the cap on the
         truncated one (the keys beyond it have weight zero when there is no

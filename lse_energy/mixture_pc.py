@@ -561,7 +561,7 @@ def fit(
         monotone. (Optimizer steps on :math:`\phi` carry no such guarantee.)
       progress: show a ``tqdm.auto`` bar of the rounds (the compiled loop
         reports to the host every 1/50 of the run; with the bar, results agree
-        with ``progress=False`` to round-off, see :mod:`lse_energy._progress`).
+        with ``progress=False`` to round-off, see ``lse_energy._progress``).
 
     Returns:
       :class:`FitResult`.

@@ -11,8 +11,10 @@ from __future__ import annotations
 __all__ = ["STYLE", "COLORS", "use", "label"]
 
 # Okabe-Ito colour-blind-safe palette (Okabe and Ito, 2008).
+#: The Okabe-Ito colour-blind-safe palette, in the order figures use it.
 COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#CC79A7", "#56B4E9", "#F0E442", "#000000"]
 
+#: The matplotlib rcParams every figure of the book uses (set by :func:`use`).
 STYLE = {
     "figure.figsize": (6.4, 4.0),
     "figure.dpi": 100,

@@ -11,7 +11,7 @@ of every energy; ``tests/test_validation.py``: bad-input cases for every
 module), the equation index and the API reference chapter.
 
 The registry imports every model module, so it sits above them, beside
-:mod:`lse_energy.sharding` and :mod:`lse_energy.experiments`; no model imports
+:mod:`lse_energy.sharding` and ``lse_energy.experiments``; no model imports
 it.
 """
 
@@ -46,7 +46,7 @@ class Model(NamedTuple):
     """One model.
 
     Attributes:
-      name: the module's name in :mod:`lse_energy` (``lse_energy.<name>``).
+      name: the module's name in ``lse_energy.<name>``.
       chapter: the book chapter that derives it (a file in ``book/``, no suffix).
       title: a few words naming the model.
       function: its energy, or (``has_energy`` false) the map it computes.

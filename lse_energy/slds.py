@@ -626,7 +626,7 @@ def fit(
       progress: show a ``tqdm.auto`` bar of the EM steps, out of ``max_iter``
         (the restarts run together; the bar reports the furthest one and
         stops where the last restart converged). With the bar, results agree
-        with ``progress=False`` to round-off (see :mod:`lse_energy._progress`).
+        with ``progress=False`` to round-off (see ``lse_energy._progress``).
 
     Returns:
       :class:`FitResult` ``(params, trace)`` with the objective before and

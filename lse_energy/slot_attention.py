@@ -193,9 +193,9 @@ def similarity(params: SlotParams, x, mu) -> Array:
     Args:
       params: :class:`SlotParams`, ``w_k: (D, d_x)``, ``w_q: (D, d_mu)``.
       x: ``(N, d_x)`` tokens (children), ``N >= 1``.
-      mu: ``(S, d_mu)`` slots (parents), ``S >= 1``.
-      All floating point and finite: an integer or boolean array raises
-      ``ValueError`` naming it, here and in every function of this module.
+      mu: ``(S, d_mu)`` slots (parents), ``S >= 1``. All three are floating
+        point and finite: an integer or boolean array raises ``ValueError``
+        naming it, here and in every function of this module.
 
     Returns:
       ``(N, S)`` matrix.
@@ -542,7 +542,8 @@ class MStepTrace(NamedTuple):
     r"""Traces of :func:`unconstrained_m_steps`, one entry per iterate (initial included).
 
     Attributes:
-      norm_k, norm_q: Frobenius norms of :math:`W_K`, :math:`W_Q`.
+      norm_k: Frobenius norm of :math:`W_K`.
+      norm_q: Frobenius norm of :math:`W_Q`.
       surrogate: :math:`L(W_K, W_Q)` at the fixed :math:`A`.
       energy: eq. (12) at the same slots and tokens (its own attention, not :math:`A`).
     """
@@ -595,8 +596,9 @@ class FitTrace(NamedTuple):
     Attributes:
       free_energy: ``(n_iter, n_e_steps + 2)`` values of :math:`F_\lambda`: before the
         E-step, after each of its CCCP updates, and after the M-step.
-      surrogate_before, surrogate_after: ``(n_iter,)`` :math:`L` at the E-step's
-        :math:`A, \mu` before and after the :math:`W_Q` update.
+      surrogate_before: ``(n_iter,)`` :math:`L` at the E-step's :math:`A, \mu`
+        before the :math:`W_Q` update.
+      surrogate_after: ``(n_iter,)`` the same after the :math:`W_Q` update.
       delta_w_q: ``(n_iter,)`` Frobenius norm of the change in :math:`W_Q`.
       norm_w_q: ``(n_iter,)`` Frobenius norm of :math:`W_Q` after the M-step.
     """
@@ -660,7 +662,7 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
     ``progress=True`` shows a ``tqdm.auto`` bar of the EM iterations (the
     compiled loop reports to the host every 1/50 of the run; with the bar,
     results agree with ``progress=False`` to round-off, see
-    :mod:`lse_energy._progress`).
+    ``lse_energy._progress``).
 
     Returns:
       ``(params, mu, FitTrace)``.

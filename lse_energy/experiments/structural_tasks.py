@@ -112,6 +112,7 @@ def _sample_multihop(task, key, n_nodes, batch):
     return x, y, pos
 
 
+#: The models of the multi-hop task (one attention layer, two layers, multi-hop as in the paper and as in the code).
 TOY_MODELS = ("one_layer", "two_layer", "multihop_paper", "multihop_code")
 
 
@@ -119,9 +120,9 @@ def init_toy(model: str, d: int, d_k: int, *, key):
     r"""Initial parameters of a toy model (Gaussian, :math:`\mathcal N(0, 1/d)` entries).
 
     * ``"one_layer"``, ``"multihop_paper"``, ``"multihop_code"``: a
-      :class:`multihop.Params` with ``wv: (1, d)`` (the value is the scalar
+      :class:`lse_energy.multihop.Params` with ``wv: (1, d)`` (the value is the scalar
       prediction); the three have the same parameter count.
-    * ``"two_layer"``: a pair; layer 1 is :class:`multihop.Params` with
+    * ``"two_layer"``: a pair; layer 1 is :class:`lse_energy.multihop.Params` with
       ``wv: (d, d)`` and a residual connection, layer 2 as ``"one_layer"``.
     """
     if model not in TOY_MODELS:
