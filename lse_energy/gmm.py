@@ -109,15 +109,9 @@ def _float(name: str, a):
 
 
 def _check_x(x, d: int | None = None) -> Array:
-    x = _float("x", x)
-    if x.ndim != 2:
-        raise ValueError(f"x must have shape (N, d); got shape {x.shape}")
-    if x.shape[0] < 1 or x.shape[1] < 1:
-        raise ValueError(f"x must have N >= 1 points of dimension d >= 1; got shape {x.shape}")
+    x = _validate.points("x", x)
     if d is not None and x.shape[1] != d:
         raise ValueError(f"x has dimension {x.shape[1]} but params.means has d = {d}")
-    if _concrete(x) and not np.all(np.isfinite(np.asarray(x))):
-        raise ValueError("x must be finite")
     return x
 
 
@@ -168,13 +162,7 @@ def check_params(params) -> GMMParams:
 
 
 def _check_reg(reg_covar) -> float:
-    try:
-        reg = float(reg_covar)
-    except (TypeError, ValueError):
-        raise ValueError(f"reg_covar must be a non-negative float; got {reg_covar!r}") from None
-    if not (math.isfinite(reg) and reg >= 0.0):
-        raise ValueError(f"reg_covar must be a finite non-negative float; got {reg_covar!r}")
-    return reg
+    return _validate.nonnegative("reg_covar", reg_covar)
 
 
 # ---------------------------------------------------------------------------
@@ -744,20 +732,8 @@ def _raise_if_failed(failed, reg_covar: float) -> None:
 
 
 def _check_fit_args(max_iter, tol) -> tuple[int, float]:
-    """Validate ``fit``'s ``max_iter`` (integer >= 0) and ``tol`` (finite float >= 0)."""
-    try:
-        max_iter = operator.index(max_iter)
-    except TypeError:
-        raise ValueError(f"max_iter must be an integer; got {max_iter!r}") from None
-    if max_iter < 0:
-        raise ValueError(f"max_iter must be >= 0; got {max_iter}")
-    try:
-        tol_f = float(tol)
-    except (TypeError, ValueError):
-        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}") from None
-    if not (math.isfinite(tol_f) and tol_f >= 0.0):
-        raise ValueError(f"tol must be a finite non-negative float; got {tol!r}")
-    return max_iter, tol_f
+    """``fit``'s ``max_iter`` (integer >= 0) and ``tol`` (finite float >= 0)."""
+    return _validate.count("max_iter", max_iter, 0), _validate.nonnegative("tol", tol)
 
 
 def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):

@@ -306,7 +306,7 @@ CASES: list[Case] = [
       lambda a: dict(nodes=a["nodes"].at[0, 0].set(jnp.inf)), r"nodes must be finite", "inf"),
     # --- gmm ----------------------------------------------------------------
     C(gmm.energy, "shape", gmm_energy, lambda a: dict(x=_normal((10, 3))), r"x has dimension 3 but params.means has d = 2", "x_dim"),
-    C(gmm.energy, "shape", gmm_energy, lambda a: dict(x=a["x"][:, 0]), r"x must have shape \(N, d\)", "x_1d"),
+    C(gmm.energy, "shape", gmm_energy, lambda a: dict(x=a["x"][:, 0]), r"x must have shape \(rows, d\)", "x_1d"),
     C(gmm.energy, "shape", gmm_energy, lambda a: dict(params=a["params"]._replace(weights=jnp.array([1.0]))),
       r"params.weights must have shape \(K,\)", "weights_shape"),
     C(gmm.energy, "finite", gmm_energy, lambda a: dict(x=_nan_at(a["x"], 5)), r"x must be finite", "x_nan"),
@@ -328,11 +328,11 @@ CASES: list[Case] = [
     C(gmm.initialize, "K", lambda: dict(x=_normal((30, 2)), n_components=2, key=KEY), lambda a: dict(n_components=-1),
       r"n_components must be >= 1", "negative"),
     C(gmm.fit, "dtype", gmm_fit, lambda a: dict(n_components=2.0), r"n_components must be an integer", "float_K"),
-    C(gmm.fit, "positive", gmm_fit, lambda a: dict(tol=-1.0), r"tol must be a finite non-negative", "negative_tol"),
-    C(gmm.em_step, "positive", gmm_energy, lambda a: dict(reg_covar=-1e-3), r"reg_covar must be a finite non-negative", "neg_reg"),
+    C(gmm.fit, "positive", gmm_fit, lambda a: dict(tol=-1.0), r"tol must be a finite scalar >= 0", "negative_tol"),
+    C(gmm.em_step, "positive", gmm_energy, lambda a: dict(reg_covar=-1e-3), r"reg_covar must be a finite scalar >= 0", "neg_reg"),
     C(gmm.free_energy, "shape", lambda: dict(gmm_energy(), resp=jnp.full((10, 2), 0.5)),
       lambda a: dict(resp=jnp.full((10, 3), 1 / 3)), r"resp must have shape \(N, K\)", "resp_shape"),
-    C(gmm.fit, "positive", gmm_fit, lambda a: dict(tol="a"), r"tol must be a finite non-negative float", "string_tol"),
+    C(gmm.fit, "positive", gmm_fit, lambda a: dict(tol="a"), r"tol must be a finite scalar >= 0", "string_tol"),
     # --- slds ---------------------------------------------------------------
     C(slds.energy, "shape", slds_energy, lambda a: dict(x=a["x"][:, 0]), r"x must have shape \(T, d\)", "x_1d"),
     C(slds.energy, "shape", slds_energy, lambda a: dict(x=a["x"][:1]), r"x must hold at least two time steps \(T >= 2\)", "T1"),
