@@ -112,9 +112,9 @@ def _real_scalar(value) -> bool:
 
 
 def positive(name: str, value, *, allow_none: bool = False):
-    """A finite real scalar ``> 0`` (or ``None`` when ``allow_none``)."""
-    if value is None and allow_none:
-        return None
+    """A finite real scalar ``> 0`` (or ``None`` when ``allow_none``); a traced value passes unchecked."""
+    if (value is None and allow_none) or not is_concrete(value):
+        return value
     if not (_real_scalar(value) and value > 0):
         extra = " or None" if allow_none else ""
         raise ValueError(f"{name} must be a finite scalar > 0{extra}; got {value!r}")
@@ -122,10 +122,20 @@ def positive(name: str, value, *, allow_none: bool = False):
 
 
 def nonnegative(name: str, value) -> float:
-    """A finite real scalar ``>= 0``."""
+    """A finite real scalar ``>= 0``; a traced value passes unchecked."""
+    if not is_concrete(value):
+        return value
     if not (_real_scalar(value) and value >= 0):
         raise ValueError(f"{name} must be a finite scalar >= 0; got {value!r}")
     return float(value)
+
+
+def array(name: str, a, ndim: int) -> Array:
+    """A floating array with exactly ``ndim`` axes, finite when concrete."""
+    a = jnp.asarray(a)
+    if a.ndim != ndim:
+        raise ValueError(f"{name} must have {ndim} dimensions; got shape {a.shape}")
+    return float_array(name, a)
 
 
 def floating(name: str, a) -> Array:

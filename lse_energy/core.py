@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lse_energy import _validate
 from lse_energy._validate import is_concrete
 
 Array = jax.Array
@@ -285,13 +286,7 @@ def _pairwise(sim: Callable) -> Callable[[Array, Array], Array]:
 
 
 def _check_nodes(nodes, terms):
-    nodes = jnp.asarray(nodes)
-    if nodes.ndim != 2:
-        raise ValueError(f"nodes must have shape (A, d); got {nodes.shape}")
-    if not jnp.issubdtype(nodes.dtype, jnp.floating):
-        raise ValueError(f"nodes must have a floating dtype; got {nodes.dtype}")
-    if is_concrete(nodes) and not bool(np.all(np.isfinite(np.asarray(nodes)))):
-        raise ValueError("nodes must be finite")
+    nodes = _validate.array("nodes", nodes, 2)
     for term in terms:
         if not isinstance(term, EnergyTerm):
             raise ValueError(f"terms must be EnergyTerm instances; got {type(term).__name__}")

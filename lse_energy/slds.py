@@ -125,11 +125,7 @@ def _check_x(x, name: str = "x") -> Array:
         raise ValueError(f"{name} must hold at least two time steps (T >= 2); got T = {x.shape[0]}")
     if x.shape[1] < 1:
         raise ValueError(f"{name} must have d >= 1; got shape {x.shape}")
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
-    if _concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
-        raise ValueError(f"{name} must be finite")
-    return x
+    return _validate.float_array(name, x)
 
 
 def _check_params(params, d: int | None = None) -> SLDSParams:
@@ -167,34 +163,10 @@ def _check_params(params, d: int | None = None) -> SLDSParams:
     return SLDSParams(w, A, b, S)
 
 
-def _check_reg(reg_covar):
-    try:
-        ok = bool(np.ndim(reg_covar) == 0 and np.isfinite(reg_covar) and reg_covar >= 0)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"reg_covar must be finite and >= 0; got {reg_covar}")
 
 
-def _check_count(name: str, value, low: int) -> int:
-    """An integer-valued count ``>= low`` (``2.0`` is accepted as 2, ``2.5`` and ``"2"`` are not)."""
-    try:
-        ok = not isinstance(value, (str, bytes)) and int(value) == value and value >= low
-    except (TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
 
 
-def _check_nonneg_finite(name: str, value) -> float:
-    try:
-        ok = bool(np.ndim(value) == 0 and np.isfinite(value) and value >= 0)
-    except TypeError:
-        ok = False
-    if not ok:
-        raise ValueError(f"{name} must be finite and >= 0; got {value!r}")
-    return value
 
 
 # ---------------------------------------------------------------------------
@@ -418,7 +390,7 @@ def grad_b(params: SLDSParams, x, *, normalize: bool = True) -> Array:
 def covariance_penalty(params: SLDSParams, reg_covar: float) -> Array:
     r"""The term :math:`\tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}` with :math:`\lambda` = ``reg_covar``."""
     params = _check_params(params)
-    _check_reg(reg_covar)
+    _validate.nonnegative("reg_covar", reg_covar)
     return _penalty(params, reg_covar)
 
 
@@ -436,7 +408,7 @@ def objective(params: SLDSParams, x, *, reg_covar: float = 0.0) -> Array:
     keeps every :math:`\Sigma_k \succeq (\lambda / N_k) I` in the M-step; with
     ``reg_covar=0`` the objective is the energy itself.
     """
-    _check_reg(reg_covar)
+    _validate.nonnegative("reg_covar", reg_covar)
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
     return core.energy(_sim(params, x, True)) + _penalty(params, reg_covar)
@@ -488,7 +460,7 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> SLDSParams:
       :class:`SLDSParams`.
     """
     x = _check_x(x)
-    _check_reg(reg_covar)
+    _validate.nonnegative("reg_covar", reg_covar)
     resp = jnp.asarray(resp)
     if resp.ndim != 2 or resp.shape[0] != x.shape[0] - 1 or resp.shape[1] < 1:
         raise ValueError(f"resp must have shape (T-1, K) = ({x.shape[0] - 1}, K); got {resp.shape}")
@@ -514,7 +486,7 @@ def em_step(params: SLDSParams, x, *, reg_covar: float = 0.0) -> SLDSParams:
     The result never has a larger :func:`objective` than ``params``.
     """
     x = _check_x(x)
-    _check_reg(reg_covar)
+    _validate.nonnegative("reg_covar", reg_covar)
     params = _check_params(params, x.shape[1])
     return _em_step(params, x, reg_covar)
 
@@ -556,8 +528,8 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> SLDSPa
       reg_covar: see :func:`m_step`.
     """
     x = _check_x(x)
-    _check_reg(reg_covar)
-    _check_count("n_components", n_components, 1)
+    _validate.nonnegative("reg_covar", reg_covar)
+    _validate.count("n_components", n_components, 1)
     if n_components > x.shape[0] - 1:
         raise ValueError(f"n_components = {n_components} exceeds the number of transitions T-1 = {x.shape[0] - 1}")
     return _init_one(key, x, int(n_components), reg_covar)
@@ -637,13 +609,13 @@ def fit(
         all its responsibility, giving non-finite parameters).
     """
     x = _check_x(x)
-    _check_reg(reg_covar)
-    _check_count("n_components", n_components, 1)
+    _validate.nonnegative("reg_covar", reg_covar)
+    _validate.count("n_components", n_components, 1)
     if n_components > x.shape[0] - 1:
         raise ValueError(f"n_components = {n_components} exceeds the number of transitions T-1 = {x.shape[0] - 1}")
-    _check_count("max_iter", max_iter, 1)
-    _check_count("n_init", n_init, 1)
-    _check_nonneg_finite("tol", tol)
+    _validate.count("max_iter", max_iter, 1)
+    _validate.count("n_init", n_init, 1)
+    _validate.nonnegative("tol", tol)
     keys = jax.random.split(key, int(n_init))
     with _progress.bar(progress, int(max_iter), f"SLDS EM ({int(n_init)} restarts)") as every:
         params, traces, ns = jax.block_until_ready(_fit_many(
@@ -680,15 +652,9 @@ def sample(params: SLDSParams, x0, n_steps: int, *, key):
     Returns:
       ``(x, z)``: ``(n_steps + 1, d)`` states and ``(n_steps,)`` modes.
     """
-    x0 = jnp.asarray(x0)
-    if x0.ndim != 1:
-        raise ValueError(f"x0 must have shape (d,); got {x0.shape}")
-    if not jnp.issubdtype(x0.dtype, jnp.floating):
-        raise ValueError(f"x0 must have a floating dtype; got {x0.dtype}")
-    if _concrete(x0) and not bool(np.all(np.isfinite(np.asarray(x0)))):
-        raise ValueError("x0 must be finite")
+    x0 = _validate.array("x0", x0, 1)
     params = _check_params(params, x0.shape[0])
-    n_steps = _check_count("n_steps", n_steps, 1)
+    n_steps = _validate.count("n_steps", n_steps, 1)
     return _sample(params, x0, key, int(n_steps))
 
 
@@ -797,7 +763,7 @@ def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
     mask = _missing_mask(missing, x.shape[0])
-    _check_count("n_steps", n_steps, 1)
+    _validate.count("n_steps", n_steps, 1)
     if step_size is None:
         adjacent = bool(np.any(mask[1:] & mask[:-1]))
         step_size = 1.0 / smoothness_bound(params, adjacent=adjacent)

@@ -106,24 +106,15 @@ class SlotParams(NamedTuple):
 _concrete = _validate.is_concrete
 
 
-def _check_array(name, a, ndim):
-    a = jnp.asarray(a)
-    if a.ndim != ndim:
-        raise ValueError(f"{name} must have {ndim} dimensions; got shape {a.shape}")
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
-    if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{name} must be finite")
-    return a
 
 
 def _check(params, x, mu, a=None):
     if not isinstance(params, SlotParams):
         raise ValueError(f"params must be a SlotParams; got {type(params).__name__}")
-    w_k = _check_array("params.w_k", params.w_k, 2)
-    w_q = _check_array("params.w_q", params.w_q, 2)
-    x = _check_array("x", x, 2)
-    mu = _check_array("mu", mu, 2)
+    w_k = _validate.array("params.w_k", params.w_k, 2)
+    w_q = _validate.array("params.w_q", params.w_q, 2)
+    x = _validate.array("x", x, 2)
+    mu = _validate.array("mu", mu, 2)
     if w_k.shape[0] != w_q.shape[0]:
         raise ValueError(
             f"params.w_k and params.w_q must map to the same space (same number of rows); "
@@ -140,7 +131,7 @@ def _check(params, x, mu, a=None):
     params = SlotParams(w_k, w_q)
     if a is None:
         return params, x, mu
-    a = _check_array("a", a, 2)
+    a = _validate.array("a", a, 2)
     if a.shape != (x.shape[0], mu.shape[0]):
         raise ValueError(f"a must have shape (N, S) = {(x.shape[0], mu.shape[0])}; got {a.shape}")
     if _concrete(a) and bool(np.any(np.asarray(a) < 0)):
@@ -148,34 +139,6 @@ def _check(params, x, mu, a=None):
     return params, x, mu, a
 
 
-def _scalar(name, value, what):
-    """``float(value)``; a non-numeric or non-scalar value raises a ValueError naming ``name``."""
-    try:
-        if np.ndim(value) != 0:
-            raise TypeError
-        return float(value)
-    except (TypeError, ValueError):
-        raise ValueError(f"{name} must be a {what} scalar; got {value!r}") from None
-
-
-def _check_positive(name, value):
-    if _concrete(value):
-        v = _scalar(name, value, "finite positive")
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be finite and > 0; got {value}")
-
-
-def _check_nonnegative(name, value):
-    if _concrete(value):
-        v = _scalar(name, value, "finite non-negative")
-        if not (np.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} must be finite and >= 0; got {value}")
-
-
-def _check_count(name, value, low=1):
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
 
 
 # ---------------------------------------------------------------------------
@@ -253,7 +216,7 @@ def free_energy(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
       Scalar.
     """
     params, x, mu = _check(params, x, mu)
-    _check_nonnegative("lam", lam)
+    _validate.nonnegative("lam", lam)
     return core.energy(_sim(params, x, mu)) + 0.5 * lam * jnp.sum(mu**2)
 
 
@@ -327,7 +290,7 @@ def grad_free_energy_mu(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
     Returns:
       ``(S, d_mu)``.
     """
-    _check_nonnegative("lam", lam)
+    _validate.nonnegative("lam", lam)
     return lam * jnp.asarray(mu) + grad_mu(params, x, mu)
 
 
@@ -359,8 +322,8 @@ def gradient_step(params: SlotParams, x, mu, *, step: float, lam: float = 0.0) -
       ``(S, d_mu)`` updated slots.
     """
     params, x, mu = _check(params, x, mu)
-    _check_positive("step", step)
-    _check_nonnegative("lam", lam)
+    _validate.positive("step", step)
+    _validate.nonnegative("lam", lam)
     return mu - step * (lam * mu + _grad_mu(params, x, mu))
 
 
@@ -379,7 +342,7 @@ def cccp_step(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
       ``(S, d_mu)`` updated slots.
     """
     params, x, mu = _check(params, x, mu)
-    _check_positive("lam", lam)
+    _validate.positive("lam", lam)
     return -_grad_mu(params, x, mu) / lam
 
 
@@ -417,14 +380,14 @@ def e_step(params: SlotParams, x, mu, *, n_steps: int, method: str = "cccp",
         raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
     if method not in ("cccp", "gradient"):
         raise ValueError(f"method must be 'cccp' or 'gradient'; got {method!r}")
-    _check_nonnegative("lam", lam)
+    _validate.nonnegative("lam", lam)
     if method == "cccp":
-        _check_positive("lam", lam)
+        _validate.positive("lam", lam)
         step = 0.0
     else:
         if step is None:
             raise ValueError("step must be given for method='gradient'")
-        _check_positive("step", step)
+        _validate.positive("step", step)
     dtype = x.dtype
     return _e_step(params, x, mu, jnp.asarray(lam, dtype), jnp.asarray(step, dtype),
                    int(n_steps), method)
@@ -534,7 +497,7 @@ def procrustes_w_q(params: SlotParams, x, mu, a, *, prox: float = 0.0) -> Array:
     params, x, mu, a = _check(params, x, mu, a)
     if params.w_q.shape[0] < params.w_q.shape[1]:
         raise ValueError(f"params.w_q must have at least as many rows as columns; got {params.w_q.shape}")
-    _check_nonnegative("prox", prox)
+    _validate.nonnegative("prox", prox)
     return _procrustes(params, x, mu, a, prox)
 
 
@@ -676,11 +639,11 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
     for name, v in (("n_iter", n_iter), ("n_e_steps", n_e_steps)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}")
-    _check_positive("lam", lam)
+    _validate.positive("lam", lam)
     if m_step not in ("procrustes", "least_squares"):
         raise ValueError(f"m_step must be 'procrustes' or 'least_squares'; got {m_step!r}")
     if m_step == "procrustes":
-        _check_nonnegative("prox", prox)
+        _validate.nonnegative("prox", prox)
         wq = np.asarray(params.w_q)
         if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
             raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
@@ -715,10 +678,10 @@ def fourier_features(points, *, n_features: int, lengthscale: float, key) -> Arr
     Returns:
       ``(N, D)`` tokens.
     """
-    points = _check_array("points", points, 2)
+    points = _validate.array("points", points, 2)
     if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
         raise ValueError(f"n_features must be a positive integer; got {n_features!r}")
-    _check_positive("lengthscale", lengthscale)
+    _validate.positive("lengthscale", lengthscale)
     k1, k2 = jax.random.split(key)
     omega = jax.random.normal(k1, (n_features, points.shape[1]), points.dtype) / lengthscale
     b = jax.random.uniform(k2, (n_features,), points.dtype, maxval=2 * jnp.pi)
@@ -753,7 +716,7 @@ def init_slots(x, n_slots: int, *, key) -> Array:
     Returns:
       ``(S, d)`` initial slots.
     """
-    x = _check_array("x", x, 2)
+    x = _validate.array("x", x, 2)
     if isinstance(n_slots, bool) or not isinstance(n_slots, (int, np.integer)) or not 1 <= n_slots <= x.shape[0]:
         raise ValueError(f"n_slots must be an integer in [1, N={x.shape[0]}]; got {n_slots!r}")
     first = jax.random.randint(key, (), 0, x.shape[0])
@@ -775,10 +738,10 @@ def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
     """
     if isinstance(n_blobs, bool) or not isinstance(n_blobs, (int, np.integer)) or n_blobs < 1:
         raise ValueError(f"n_blobs must be a positive integer; got {n_blobs!r}")
-    _check_positive("std", std)
-    n_per_blob = _check_count("n_per_blob", n_per_blob)
-    n_candidates = _check_count("n_candidates", n_candidates)
-    _check_nonnegative("min_separation", min_separation)
+    _validate.positive("std", std)
+    n_per_blob = _validate.count("n_per_blob", n_per_blob)
+    n_candidates = _validate.count("n_candidates", n_candidates)
+    _validate.nonnegative("min_separation", min_separation)
     k1, k2 = jax.random.split(key)
     cand = jax.random.uniform(k1, (n_candidates, n_blobs, 2), minval=-1.0, maxval=1.0)
     dist = jnp.linalg.norm(cand[:, :, None] - cand[:, None, :], axis=-1)

@@ -244,7 +244,7 @@ def test_graph_validation():
         core.EnergyTerm([0, 1], [0, 1], sim, mask=np.array([[True, False], [False, False]]))
     with pytest.raises(ValueError, match="refers to node 5"):
         core.graph_energy([core.EnergyTerm([0], [5], sim)], jnp.zeros((3, 2)))
-    with pytest.raises(ValueError, match=r"shape \(A, d\)"):
+    with pytest.raises(ValueError, match=r"nodes must have 2 dimensions"):
         core.graph_energy([core.EnergyTerm([0], [1], sim)], jnp.zeros(3))
 
 
