@@ -398,11 +398,7 @@ def grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     :math:`l`, over *its* incoming synapses, not a softmax over neuron
     :math:`i`'s outgoing synapses.
 
-    Args:
-      params: :class:`Params`.
-      x: ``(..., N)``.
-      precisions: see :func:`sim`.
-      activation: ``"tanh"`` or ``"linear"``.
+    Arguments as in :func:`energy`.
 
     Returns:
       ``(..., N)`` (the gradient for every neuron, also those a driver keeps

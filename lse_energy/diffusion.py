@@ -266,12 +266,7 @@ def q_posterior(schedule, x0, xt, t):
     Returns:
       ``(mean, var)``: ``(B, d)`` and ``(B,)``.
     """
-    schedule = _check_schedule(schedule)
-    x0 = _validate.points("x0", x0)
-    xt = _validate.points("xt", xt, x0.shape[1])
-    if xt.shape != x0.shape:
-        raise ValueError(f"xt must have the shape of x0 {x0.shape}; got {xt.shape}")
-    t = _validate.time_steps(t, schedule.betas.shape[0], x0.shape[0])
+    schedule, x0, xt, t = _check_pair(schedule, "x0", x0, "xt", xt, t)
     ab, ab_prev = _abar(schedule, t), _abar(schedule, t - 1)
     beta, alpha = schedule.betas[t - 1], schedule.alphas[t - 1]
     c0 = jnp.sqrt(ab_prev) * beta / (1.0 - ab)
@@ -309,12 +304,7 @@ def reverse_mean(schedule, xt, t, eps):
     Returns:
       ``(B, d)``.
     """
-    schedule = _check_schedule(schedule)
-    xt = _validate.points("xt", xt)
-    eps = _validate.points("eps", eps, xt.shape[1])
-    if eps.shape != xt.shape:
-        raise ValueError(f"eps must have the shape of xt {xt.shape}; got {eps.shape}")
-    t = _validate.time_steps(t, schedule.betas.shape[0], xt.shape[0])
+    schedule, xt, eps, t = _check_pair(schedule, "xt", xt, "eps", eps, t)
     return _reverse_mean(schedule, xt, t, eps)
 
 
@@ -390,6 +380,22 @@ def _denoising_loss(eps_fn, params, schedule, x0, t, eps):
     return jnp.mean(jnp.sum((eps - pred) ** 2, axis=-1))
 
 
+def _check_pair(schedule, name_a, a, name_b, b, t):
+    """A schedule, two ``(B, d)`` point sets of one shape and ``B`` time steps, checked."""
+    schedule = _check_schedule(schedule)
+    a = _validate.points(name_a, a)
+    b = _validate.points(name_b, b, a.shape[1])
+    if b.shape != a.shape:
+        raise ValueError(f"{name_b} must have the shape of {name_a} {a.shape}; got {b.shape}")
+    return schedule, a, b, _validate.time_steps(t, schedule.betas.shape[0], a.shape[0])
+
+
+def _check_loss(eps_fn, schedule, x0):
+    if not callable(eps_fn):
+        raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
+    return _check_schedule(schedule), _validate.points("x0", x0)
+
+
 def denoising_loss(eps_fn: Callable, params, schedule, x0, t, eps) -> Array:
     r"""The simplified loss at given :math:`(x_0, t, \epsilon)` (§22 of the notes; Ho et al. eq. 14):
 
@@ -407,10 +413,7 @@ def denoising_loss(eps_fn: Callable, params, schedule, x0, t, eps) -> Array:
     Returns:
       Scalar.
     """
-    if not callable(eps_fn):
-        raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
-    schedule = _check_schedule(schedule)
-    x0 = _validate.points("x0", x0)
+    schedule, x0 = _check_loss(eps_fn, schedule, x0)
     eps = _validate.points("eps", eps, x0.shape[1])
     if eps.shape != x0.shape:
         raise ValueError(f"eps must have the shape of x0 {x0.shape}; got {eps.shape}")
@@ -431,10 +434,7 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
     Returns:
       Scalar.
     """
-    if not callable(eps_fn):
-        raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
-    schedule = _check_schedule(schedule)
-    x0 = _validate.points("x0", x0)
+    schedule, x0 = _check_loss(eps_fn, schedule, x0)
     kt, ke = jax.random.split(key)
     t = jax.random.randint(kt, (x0.shape[0],), 1, schedule.betas.shape[0] + 1)
     eps = jax.random.normal(ke, x0.shape, x0.dtype)

@@ -477,15 +477,14 @@ class Params(NamedTuple):
     .. math:: q = W_Q x_N, \quad k_i = W_K x_{N-1-i}, \quad v_i = W_V x_{N-1-i}
               \quad (i = 0 \text{ the nearest earlier token}).
 
-    Attributes:
-      wq: ``(d_k, d)``, :math:`W_Q`.
-      wk: ``(d_k, d)``, :math:`W_K`.
-      wv: ``(d_v, d)``, :math:`W_V`.
+    The query and key maps ``wq``, ``wk`` are ``(d_k, d)`` and the value map
+    ``wv`` is ``(d_v, d)``: the fields of :class:`lse_energy.multihop.Params`,
+    so that one trained head runs both.
     """
 
-    wq: Array
-    wk: Array
-    wv: Array
+    wq: Array  #: :math:`W_Q`
+    wk: Array  #: :math:`W_K`
+    wv: Array  #: :math:`W_V`
 
 
 def attention(params: Params, x, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3,

@@ -326,6 +326,13 @@ def free_energy(params: GMMParams, x, resp) -> Array:
 # ---------------------------------------------------------------------------
 
 
+def _weights_and_whitened(params, x, normalised):
+    """Checked inputs' responsibilities ``r (N, K)`` and ``u = Sigma_k^{-1}(x_i - mu_k)`` ``(K, N, d)``."""
+    params = check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    return core.weights(_sim(params, x, normalised)), _precision_times_diff(params, x)[2]
+
+
 def grad_means(params: GMMParams, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial \mu_k`, the parent part of eq. (4) (§2 "Gradients", Appendix B).
 
@@ -341,10 +348,7 @@ def grad_means(params: GMMParams, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(K, d)``.
     """
-    params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
-    r = core.weights(_sim(params, x, normalised))
-    _, _, u = _precision_times_diff(params, x)
+    r, u = _weights_and_whitened(params, x, normalised)
     return -jnp.einsum("ik,kid->kd", r, u)
 
 
@@ -362,10 +366,7 @@ def grad_x(params: GMMParams, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(N, d)``.
     """
-    params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
-    r = core.weights(_sim(params, x, normalised))
-    _, _, u = _precision_times_diff(params, x)
+    r, u = _weights_and_whitened(params, x, normalised)
     return jnp.einsum("ik,kid->id", r, u)
 
 

@@ -326,15 +326,8 @@ def grad_mu(params: Params, x, mu) -> Array:
     vector-Jacobian product: ``jax.vjp`` of :math:`f_\phi` at
     :math:`\mu_{1:K}` applied to the softmax-weighted sums of errors
     :math:`s_k = \sum_i \alpha_{ik}(x_i - f_\phi(\mu_k))`; no Jacobian is
-    formed and :math:`E` is never differentiated.
-
-    Args:
-      params: :class:`Params`.
-      x: ``(N, d)``.
-      mu: ``(K, m)``.
-
-    Returns:
-      ``(K, m)``.
+    formed and :math:`E` is never differentiated. Arguments as in
+    :func:`grad_x`; returns ``(K, m)``.
     """
     params, x, mu = _check_mixture(params, x, mu)
     s = _summed_errors(params, x, mu)
@@ -601,17 +594,8 @@ class Data(NamedTuple):
     z: Array
 
 
-def sample(
-    teacher: Params,
-    num_clusters: int,
-    points_per_cluster: int,
-    *,
-    key: Array,
-    centre_scale: float = 2.0,
-    latent_noise: float = 0.1,
-    obs_noise: float = 0.1,
-    latent_centres=None,
-) -> Data:
+def sample(teacher: Params, num_clusters: int, points_per_cluster: int, *, key: Array, centre_scale: float = 2.0,
+           latent_noise: float = 0.1, obs_noise: float = 0.1, latent_centres=None) -> Data:
     r"""Sample data from a few latent causes through a teacher network.
 
     .. math:: c_k \sim \mathcal{N}(0, s_c^2 I_m), \quad

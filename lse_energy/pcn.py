@@ -151,6 +151,13 @@ def _check_precisions(precisions, L, dtype) -> Array:
     return p
 
 
+def _setup(params, xs, precisions):
+    """Checked ``(params, xs, precisions)``, the precisions defaulted (see :func:`energy`)."""
+    params = _check_params(params)
+    xs = _check_values(xs, _sizes(params))
+    return params, xs, _default_precisions(precisions, len(xs), xs[0].dtype)
+
+
 def _default_precisions(precisions, L, dtype):
     if precisions is None:
         return jnp.concatenate([jnp.zeros((1,), dtype), jnp.ones((L - 1,), dtype)])
@@ -270,9 +277,7 @@ def errors(params: Params, xs, precisions=None) -> tuple:
     Returns:
       tuple of ``L`` arrays ``(..., n_l)``.
     """
-    params = _check_params(params)
-    xs = _check_values(xs, _sizes(params))
-    prec = _default_precisions(precisions, len(xs), xs[0].dtype)
+    params, xs, prec = _setup(params, xs, precisions)
     return _errors(params, xs, prec)
 
 
@@ -294,9 +299,7 @@ def sim(params: Params, xs, precisions=None) -> Array:
     Returns:
       ``(..., L)``.
     """
-    params = _check_params(params)
-    xs = _check_values(xs, _sizes(params))
-    prec = _default_precisions(precisions, len(xs), xs[0].dtype)
+    params, xs, prec = _setup(params, xs, precisions)
     return _sims(params, xs, prec)
 
 
@@ -341,9 +344,7 @@ def energy(params: Params, xs, precisions=None) -> Array:
     Returns:
       Scalar :math:`F \ge 0`.
     """
-    params = _check_params(params)
-    xs = _check_values(xs, _sizes(params))
-    prec = _default_precisions(precisions, len(xs), xs[0].dtype)
+    params, xs, prec = _setup(params, xs, precisions)
     return _energy(params, xs, prec)
 
 
@@ -392,9 +393,7 @@ def grad_x(params: Params, xs, precisions=None) -> tuple:
       tuple of ``L`` arrays ``(..., n_l)`` (the gradient also for nodes that
       a driver keeps clamped).
     """
-    params = _check_params(params)
-    xs = _check_values(xs, _sizes(params))
-    prec = _default_precisions(precisions, len(xs), xs[0].dtype)
+    params, xs, prec = _setup(params, xs, precisions)
     return _grad_x(params, xs, prec)
 
 
@@ -430,9 +429,7 @@ def grad_params(params: Params, xs, precisions=None) -> Params:
       :class:`Params` holding :math:`\partial F/\partial W^l`,
       :math:`\partial F/\partial b^l`, :math:`\partial F/\partial m`.
     """
-    params = _check_params(params)
-    xs = _check_values(xs, _sizes(params))
-    prec = _default_precisions(precisions, len(xs), xs[0].dtype)
+    params, xs, prec = _setup(params, xs, precisions)
     return _grad_params(params, xs, prec)
 
 

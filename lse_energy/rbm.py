@@ -304,15 +304,11 @@ def free_energy_hidden(params: RBMParams, h) -> Array:
     Each *visible* unit is now the child, with the two parents
     :math:`\{0, b_i + W_{i:} h\}`.
 
-    Args:
-      h: ``(n_hidden,)`` or ``(N, n_hidden)``.
-
-    Returns:
-      ``()`` or ``(N,)``.
+    ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``, checked as :func:`free_energy`
+    checks ``v``; the result is ``()`` or ``(N,)``.
     """
     W, b, c = _check_params(params)
-    h = _check_layer(h, W.shape[1], "h", W.dtype)
-    return _free_energy_hidden(W, b, c, h)
+    return _free_energy_hidden(W, b, c, _check_layer(h, W.shape[1], "h", W.dtype))
 
 
 def free_energy_grad_v(params: RBMParams, v) -> Array:
@@ -416,15 +412,11 @@ def hidden_probs(params: RBMParams, v) -> Array:
 def visible_probs(params: RBMParams, h) -> Array:
     r""":math:`P(v_i = 1 \mid h) = \sigma(b_i + W_{i:} h)`, the softmax weight of state 1 of visible unit :math:`i`.
 
-    Args:
-      h: ``(n_hidden,)`` or ``(N, n_hidden)``.
-
-    Returns:
-      ``(n_visible,)`` or ``(N, n_visible)``.
+    ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``; the result is ``(n_visible,)`` or
+    ``(N, n_visible)``.
     """
     W, b, c = _check_params(params)
-    h = _check_layer(h, W.shape[1], "h", W.dtype)
-    return core.weights(_visible_sim(W, b, h))[..., 1]
+    return core.weights(_visible_sim(W, b, _check_layer(h, W.shape[1], "h", W.dtype)))[..., 1]
 
 
 def _bernoulli(key, p):

@@ -111,10 +111,8 @@ _concrete = _validate.is_concrete
 def _check(params, x, mu, a=None):
     if not isinstance(params, SlotParams):
         raise ValueError(f"params must be a SlotParams; got {type(params).__name__}")
-    w_k = _validate.array("params.w_k", params.w_k, 2)
-    w_q = _validate.array("params.w_q", params.w_q, 2)
-    x = _validate.array("x", x, 2)
-    mu = _validate.array("mu", mu, 2)
+    w_k, w_q = (_validate.array(f"params.{f}", getattr(params, f), 2) for f in SlotParams._fields)
+    x, mu = _validate.array("x", x, 2), _validate.array("mu", mu, 2)
     if w_k.shape[0] != w_q.shape[0]:
         raise ValueError(
             f"params.w_k and params.w_q must map to the same space (same number of rows); "
