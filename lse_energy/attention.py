@@ -490,6 +490,7 @@ def prior_energy(sim, prior) -> Array:
         p = np.asarray(prior)
         if np.any(p < 0) or not np.allclose(p.sum(-1), 1.0, rtol=0, atol=1e-10):
             raise ValueError("prior must be non-negative with rows summing to one")
+    # Log-sum-exp by hand, not core.energy(sim + log prior): a zero prior entry is allowed and its log is -inf.
     m = jax.lax.stop_gradient(jnp.max(sim, axis=-1, keepdims=True))
     return -jnp.sum(jnp.log(jnp.sum(prior * jnp.exp(sim - m), axis=-1)) + m[..., 0])
 

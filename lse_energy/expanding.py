@@ -383,6 +383,7 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, st
 
     def mean_distance(qt, h):
         logit = jnp.where(inside(h), sims + dist * jnp.log1p(-qt)[..., None], -jnp.inf)
+        # By hand: only the posterior mean distance is needed and the normaliser cancels (no log-sum-exp formed).
         e = jnp.exp(logit - jax.lax.stop_gradient(jnp.max(logit, axis=-1, keepdims=True)))
         return jnp.sum(dist * e, axis=-1) / jnp.sum(e, axis=-1)
 

@@ -513,6 +513,8 @@ def _chunk_stats(A: Array, xc: Array, shift: Array, valid=None):
     """E-step of one chunk: ``(sum of ln sum_k exp sim, r' f(x - shift))``; ``valid`` masks padding rows."""
     f = _features(xc - shift[None, :])
     s = f @ A  # (C, K) sim
+    # Log-sum-exp by hand: one exp pass gives both ln sum exp and the responsibilities (core.energy and
+    # core.weights would each exponentiate the (N, K) block; this is the EM hot loop, see the performance chapter's benchmark).
     m = jax.lax.stop_gradient(jnp.max(s, axis=1, keepdims=True))
     e = jnp.exp(s - m)
     tot = jnp.sum(e, axis=1, keepdims=True)

@@ -503,6 +503,7 @@ def _log_partition(W, b, c, n, side):
         return jax.nn.logsumexp(-f)
 
     parts = jax.lax.map(chunk, jnp.arange(n_chunks))
+    # jax.nn.logsumexp: a plain reduction over enumerated states, not a children/parents energy (no mask, no sim).
     return jax.nn.logsumexp(parts)
 
 
