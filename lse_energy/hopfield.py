@@ -98,10 +98,10 @@ def _check(memories, queries, beta):
     return memories, queries
 
 
-def _check_steps(name, steps):
-    if isinstance(steps, bool) or not isinstance(steps, (int, np.integer)) or steps < 0:
-        raise ValueError(f"{name} must be a non-negative integer; got {steps!r}")
-    return int(steps)
+def _check_steps(name, n_steps):
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
+        raise ValueError(f"{name} must be a non-negative integer; got {n_steps!r}")
+    return int(n_steps)
 
 
 def _sim(memories, queries, beta):
@@ -306,42 +306,42 @@ def update(memories, queries, *, beta=1.0) -> Array:
     return _update_jit(memories, queries, jnp.asarray(beta, dtype=memories.dtype))
 
 
-@partial(jax.jit, static_argnames=("steps", "return_energy"))
-def _retrieve(memories, queries, beta, steps, return_energy):
+@partial(jax.jit, static_argnames=("n_steps", "return_energy"))
+def _retrieve(memories, queries, beta, n_steps, return_energy):
     def body(x, _):
         x_new = _update(memories, x, beta)
         e = _energies(memories, x_new, beta) if return_energy else None
         return x_new, e
 
-    x, trace = jax.lax.scan(body, queries, None, length=steps)
+    x, trace = jax.lax.scan(body, queries, None, length=n_steps)
     if not return_energy:
         return x
     e0 = _energies(memories, queries, beta)
-    if steps == 0:
+    if n_steps == 0:
         return x, e0[None]
     return x, jnp.concatenate([e0[None], trace], axis=0)
 
 
-def retrieve(memories, queries, *, beta=1.0, steps=10, return_energy=False):
-    r"""Iterate :func:`update` ``steps`` times (jitted, ``lax.scan`` inside).
+def retrieve(memories, queries, *, beta=1.0, n_steps=10, return_energy=False):
+    r"""Iterate :func:`update` ``n_steps`` times (jitted, ``lax.scan`` inside).
 
     Args:
       memories: ``(K, d)``.
       queries: ``(N, d)`` initial states.
       beta: inverse temperature, finite and ``> 0`` (traced: changing it does
         not recompile).
-      steps: number of updates, a non-negative integer (static).
+      n_steps: number of updates, a non-negative integer (static).
       return_energy: also return the per-query regularised energies
         :math:`e_i` (:func:`regularised_energies`) before and after each step.
 
     Returns:
       ``(N, d)`` final states, and with ``return_energy`` a second array of
-      shape ``(steps + 1, N)``; each column is non-increasing.
+      shape ``(n_steps + 1, N)``; each column is non-increasing.
     """
     memories, queries = _check(memories, queries, beta)
-    steps = _check_steps("steps", steps)
+    n_steps = _check_steps("n_steps", n_steps)
     beta = jnp.asarray(beta, dtype=memories.dtype)
-    return _retrieve(memories, queries, beta, steps, bool(return_energy))
+    return _retrieve(memories, queries, beta, n_steps, bool(return_energy))
 
 
 # ---------------------------------------------------------------------------
@@ -417,23 +417,23 @@ def _sweep(weights, s):
     return jax.lax.fori_loop(0, s.shape[0], unit, s)
 
 
-@partial(jax.jit, static_argnames=("sweeps", "return_energy"))
-def _classical_retrieve(weights, states, sweeps, return_energy):
+@partial(jax.jit, static_argnames=("n_steps", "return_energy"))
+def _classical_retrieve(weights, states, n_steps, return_energy):
     def body(s, _):
         s = jax.vmap(partial(_sweep, weights))(s)
         e = -0.5 * jnp.sum((s @ weights) * s, axis=-1) if return_energy else None
         return s, e
 
-    s, trace = jax.lax.scan(body, states, None, length=sweeps)
+    s, trace = jax.lax.scan(body, states, None, length=n_steps)
     if not return_energy:
         return s
     e0 = -0.5 * jnp.sum((states @ weights) * states, axis=-1)
-    if sweeps == 0:
+    if n_steps == 0:
         return s, e0[None]
     return s, jnp.concatenate([e0[None], trace], axis=0)
 
 
-def classical_retrieve(weights, states, *, sweeps=10, return_energy=False):
+def classical_retrieve(weights, states, *, n_steps=10, return_energy=False):
     r"""Asynchronous sign dynamics of the classical network (jitted).
 
     Each sweep visits the units :math:`j = 0, \dots, d-1` in order and sets
@@ -446,13 +446,13 @@ def classical_retrieve(weights, states, *, sweeps=10, return_energy=False):
     Args:
       weights: ``(d, d)`` from :func:`classical_store`.
       states: ``(N, d)`` initial states with entries in :math:`\{-1, 0, +1\}`.
-      sweeps: number of full sweeps, a non-negative integer (static).
+      n_steps: number of full sweeps, a non-negative integer (static).
       return_energy: also return the per-state energies before and after
-        each sweep, shape ``(sweeps + 1, N)``.
+        each sweep, shape ``(n_steps + 1, N)``.
 
     Returns:
       ``(N, d)`` final states (and the energy trace).
     """
     weights, states = _check_classical(weights, states)
-    sweeps = _check_steps("sweeps", sweeps)
-    return _classical_retrieve(weights, states, sweeps, bool(return_energy))
+    n_steps = _check_steps("n_steps", n_steps)
+    return _classical_retrieve(weights, states, n_steps, bool(return_energy))

@@ -219,7 +219,7 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
 # ---------------------------------------------------------------------------
 
 
-def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, steps=10, return_energy=False):
+def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, return_energy=False):
     r""":func:`lse_energy.hopfield.retrieve` with the queries sharded over ``mesh``.
 
     The memories are replicated; each device iterates the update on its own
@@ -228,12 +228,12 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, steps=10, retur
 
     Returns:
       As :func:`lse_energy.hopfield.retrieve`: ``(N, d)`` final states and,
-      with ``return_energy``, the ``(steps + 1, N)`` per-query energies.
+      with ``return_energy``, the ``(n_steps + 1, N)`` per-query energies.
     """
     memories = _validate.points("memories", memories)
     queries = _validate.points("queries", queries, memories.shape[1], ref="memories")
     _validate.beta(beta)
-    steps = _validate.count("steps", steps, 0)
+    n_steps = _validate.count("n_steps", n_steps, 0)
     axis = _axis(mesh)
     beta = jnp.asarray(beta, dtype=memories.dtype)
     N = queries.shape[0]
@@ -241,7 +241,7 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, steps=10, retur
     return_energy = bool(return_energy)
     out_specs = (P(axis), P(None, axis)) if return_energy else P(axis)
     run = jax.shard_map(
-        lambda m, q, b: hopfield.retrieve(m, q, beta=b, steps=steps, return_energy=return_energy),
+        lambda m, q, b: hopfield.retrieve(m, q, beta=b, n_steps=n_steps, return_energy=return_energy),
         mesh=mesh,
         in_specs=(P(), P(axis), P()),
         out_specs=out_specs,

@@ -15,7 +15,7 @@ dynamical modes :math:`x_{t+1} \approx A_k x_t + b_k` with Gaussian noise
     \quad \text{(eq. 17)}.
 
 The seed prints sim without the log-determinant term; that form is available with
-``normalize=False``. With the normaliser, :math:`E` is exactly the negative
+``normalised=False``. With the normaliser, :math:`E` is exactly the negative
 log-likelihood :math:`-\ln p(x_{2:T} \mid x_1)` of a mixture of linear regressions
 (equivalently an autoregressive HMM whose transition rows all equal :math:`\pi`),
 which is what makes the covariances learnable: without it the energy decreases
@@ -186,11 +186,11 @@ def _precision_times(params: SLDSParams, v: Array) -> Array:
     return solve(L, v)
 
 
-def _sim(params: SLDSParams, x: Array, normalize: bool) -> Array:
+def _sim(params: SLDSParams, x: Array, normalised: bool) -> Array:
     r = _residuals(params, x)
     quad = jnp.einsum("tki,tki->tk", r, _precision_times(params, r))
     s = jnp.log(params.weights)[None, :] - 0.5 * quad
-    if normalize:
+    if normalised:
         d = x.shape[1]
         L = jnp.linalg.cholesky(params.covariances)
         logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
@@ -213,7 +213,7 @@ def residuals(params: SLDSParams, x) -> Array:
     return _residuals(params, x)
 
 
-def sim(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def sim(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""Similarities :math:`\mathrm{sim}_{t,k}` of child :math:`x_{t+1}` to mode :math:`k` at :math:`x_t`.
 
     .. math::
@@ -221,49 +221,49 @@ def sim(params: SLDSParams, x, *, normalize: bool = True) -> Array:
         \mathrm{sim}_{t,k} = \ln\pi_k - [\tfrac12 \ln|2\pi\Sigma_k|]
             - \tfrac12 r_{t,k}^\top \Sigma_k^{-1} r_{t,k}
 
-    The bracketed log-normaliser is included when ``normalize=True`` (the
+    The bracketed log-normaliser is included when ``normalised=True`` (the
     default; needed for learning :math:`\Sigma_k`) and omitted with
-    ``normalize=False``, which is the form printed in §7 of the seed.
+    ``normalised=False``, which is the form printed in §7 of the seed.
 
     Args:
       params: :class:`SLDSParams`.
       x: ``(T, d)`` trajectory.
-      normalize: include :math:`-\tfrac12 \ln|2\pi\Sigma_k|`.
+      normalised: include :math:`-\tfrac12 \ln|2\pi\Sigma_k|`.
 
     Returns:
       ``(T-1, K)`` array.
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
-    return _sim(params, x, normalize)
+    return _sim(params, x, normalised)
 
 
-def energy(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def energy(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""The SLDS energy, eq. (17): :math:`E = -\sum_{t=1}^{T-1} \ln \sum_k \exp \mathrm{sim}_{t,k}`.
 
-    With ``normalize=True`` this equals the negative conditional log-likelihood
+    With ``normalised=True`` this equals the negative conditional log-likelihood
     :math:`-\ln p(x_{2:T} \mid x_1)` of the mixture of linear dynamics; with
-    ``normalize=False`` it is the normaliser-free form printed in the seed
+    ``normalised=False`` it is the normaliser-free form printed in the seed
     (which is :math:`\ge 0` and tends to 0 as every :math:`\Sigma_k \to \infty`).
 
     Args:
       params: :class:`SLDSParams`.
       x: ``(T, d)`` trajectory.
-      normalize: see :func:`sim`.
+      normalised: see :func:`sim`.
 
     Returns:
       Scalar energy, built on :func:`lse_energy.core.energy`.
     """
-    return core.energy(sim(params, x, normalize=normalize))
+    return core.energy(sim(params, x, normalised=normalised))
 
 
-def responsibilities(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def responsibilities(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""Mode posteriors :math:`\alpha_{t,k} = \mathrm{softmax}_k\, \mathrm{sim}_{t,k}` (§7).
 
     Returns:
       ``(T-1, K)`` array whose rows sum to 1.
     """
-    return core.weights(sim(params, x, normalize=normalize))
+    return core.weights(sim(params, x, normalised=normalised))
 
 
 # ---------------------------------------------------------------------------
@@ -271,13 +271,13 @@ def responsibilities(params: SLDSParams, x, *, normalize: bool = True) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def _alpha_and_scaled_residual(params, x, normalize):
+def _alpha_and_scaled_residual(params, x, normalised):
     r = _residuals(params, x)
-    alpha = core.weights(_sim(params, x, normalize))
+    alpha = core.weights(_sim(params, x, normalised))
     return alpha, _precision_times(params, r)  # (T-1, K), (T-1, K, d)
 
 
-def grad_next(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def grad_next(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""Child part of eq. (4): :math:`\partial E / \partial x_{t+1}` through term :math:`t`.
 
     .. math::
@@ -295,7 +295,7 @@ def grad_next(params: SLDSParams, x, *, normalize: bool = True) -> Array:
     Args:
       params: :class:`SLDSParams`.
       x: ``(T, d)``.
-      normalize: see :func:`sim`.
+      normalised: see :func:`sim`.
 
     Returns:
       ``(T-1, d)``; row ``t`` is the gradient w.r.t. ``x[t+1]`` from the
@@ -303,11 +303,11 @@ def grad_next(params: SLDSParams, x, *, normalize: bool = True) -> Array:
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
-    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    alpha, u = _alpha_and_scaled_residual(params, x, normalised)
     return jnp.einsum("tk,tki->ti", alpha, u)
 
 
-def grad_prev(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def grad_prev(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""Parent part of eq. (4): :math:`\partial E / \partial x_t` through term :math:`t`.
 
     .. math::
@@ -327,11 +327,11 @@ def grad_prev(params: SLDSParams, x, *, normalize: bool = True) -> Array:
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
-    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    alpha, u = _alpha_and_scaled_residual(params, x, normalised)
     return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
 
 
-def grad_trajectory(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def grad_trajectory(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""Full :math:`\partial E / \partial x_t` for every state: eq. (4) with both roles.
 
     An interior state is the child of term :math:`t-1` and a parent in term
@@ -351,14 +351,14 @@ def grad_trajectory(params: SLDSParams, x, *, normalize: bool = True) -> Array:
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
-    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    alpha, u = _alpha_and_scaled_residual(params, x, normalised)
     child = jnp.einsum("tk,tki->ti", alpha, u)
     parent = -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
     zero = jnp.zeros((1, x.shape[1]), x.dtype)
     return jnp.concatenate([zero, child]) + jnp.concatenate([parent, zero])
 
 
-def grad_A(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def grad_A(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial A_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k} x_t^\top` (§7, sign as printed).
 
     Returns:
@@ -366,11 +366,11 @@ def grad_A(params: SLDSParams, x, *, normalize: bool = True) -> Array:
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
-    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    alpha, u = _alpha_and_scaled_residual(params, x, normalised)
     return -jnp.einsum("tk,tki,tj->kij", alpha, u, x[:-1])
 
 
-def grad_b(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def grad_b(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial b_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k}` (§7 and Appendix B, sign as printed).
 
     Returns:
@@ -378,7 +378,7 @@ def grad_b(params: SLDSParams, x, *, normalize: bool = True) -> Array:
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
-    alpha, u = _alpha_and_scaled_residual(params, x, normalize)
+    alpha, u = _alpha_and_scaled_residual(params, x, normalised)
     return -jnp.einsum("tk,tki->ki", alpha, u)
 
 
@@ -635,9 +635,9 @@ def fit(
     return FitResult(chosen, traces[best, : ns[best] + 1])
 
 
-def predict(params: SLDSParams, x, *, normalize: bool = True) -> Array:
+def predict(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     r"""Most probable mode of every transition, :math:`\arg\max_k \alpha_{t,k}`; ``(T-1,)`` ints."""
-    return jnp.argmax(responsibilities(params, x, normalize=normalize), axis=1)
+    return jnp.argmax(responsibilities(params, x, normalised=normalised), axis=1)
 
 
 def sample(params: SLDSParams, x0, n_steps: int, *, key):
@@ -707,7 +707,7 @@ def smoothness_bound(params: SLDSParams, *, adjacent: bool = False) -> Array:
     :math:`a = \max_k \|A_k\|_2`, :math:`L = \lambda_*(1 + a^2)` when no two
     missing states are adjacent, and :math:`2\lambda_*(1 + a^2)` otherwise.
     Gradient descent with step :math:`1/L` then never increases :math:`E`
-    (descent lemma). Holds for either value of ``normalize``.
+    (descent lemma). Holds for either value of ``normalised``.
     """
     params = _check_params(params)
     lam = jnp.max(1.0 / jnp.linalg.eigvalsh(params.covariances)[:, 0])
@@ -715,12 +715,12 @@ def smoothness_bound(params: SLDSParams, *, adjacent: bool = False) -> Array:
     return (2.0 if adjacent else 1.0) * lam * (1.0 + a**2)
 
 
-def _impute_body(params, x, mask, step, n_steps, normalize):
+def _impute_body(params, x, mask, step, n_steps, normalised):
     def e(xx):
-        return core.energy(_sim(params, xx, normalize))
+        return core.energy(_sim(params, xx, normalised))
 
     def grad(xx):
-        alpha = core.weights(_sim(params, xx, normalize))
+        alpha = core.weights(_sim(params, xx, normalised))
         u = _precision_times(params, _residuals(params, xx))
         child = jnp.einsum("tk,tki->ti", alpha, u)
         parent = -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
@@ -735,10 +735,10 @@ def _impute_body(params, x, mask, step, n_steps, normalize):
     return xf, jnp.concatenate([e(x)[None], es])
 
 
-_impute = jax.jit(_impute_body, static_argnames=("n_steps", "normalize"))
+_impute = jax.jit(_impute_body, static_argnames=("n_steps", "normalised"))
 
 
-def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None, normalize: bool = True):
+def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None, normalised: bool = True):
     r"""Fill in missing states by gradient descent on :math:`E` w.r.t. those states.
 
     The states are nodes of the energy graph like any other: the update is
@@ -754,7 +754,7 @@ def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None
       n_steps: number of descent steps (``>= 1``).
       step_size: :math:`\eta > 0`; default :math:`1/L` from
         :func:`smoothness_bound`, for which the energy never increases.
-      normalize: see :func:`sim`.
+      normalised: see :func:`sim`.
 
     Returns:
       ``(x_filled, energies)``: ``(T, d)`` and ``(n_steps + 1,)`` energies
@@ -774,4 +774,4 @@ def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None
             ok = False
         if not ok:
             raise ValueError(f"step_size must be finite and > 0; got {step_size}")
-    return _impute(params, x, jnp.asarray(mask), jnp.asarray(step_size, x.dtype), int(n_steps), bool(normalize))
+    return _impute(params, x, jnp.asarray(mask), jnp.asarray(step_size, x.dtype), int(n_steps), bool(normalised))

@@ -515,8 +515,8 @@ class MStepTrace(NamedTuple):
     energy: Array
 
 
-@partial(jax.jit, static_argnames=("n_iter",))
-def _alternate(params, x, mu, a, n_iter):
+@partial(jax.jit, static_argnames=("n_steps",))
+def _alternate(params, x, mu, a, n_steps):
     def record(p):
         return (jnp.linalg.norm(p.w_k), jnp.linalg.norm(p.w_q), _surrogate(p, x, mu, a),
                 core.energy(_sim(p, x, mu)))
@@ -526,13 +526,13 @@ def _alternate(params, x, mu, a, n_iter):
         p = p._replace(w_k=_m_w_k(p, x, mu, a))
         return p, record(p)
 
-    out, tr = jax.lax.scan(body, params, None, length=n_iter)
+    out, tr = jax.lax.scan(body, params, None, length=n_steps)
     first = record(params)
     tr = MStepTrace(*[jnp.concatenate([f[None], t]) for f, t in zip(first, tr)])
     return out, tr
 
 
-def unconstrained_m_steps(params: SlotParams, x, mu, a, *, n_iter: int):
+def unconstrained_m_steps(params: SlotParams, x, mu, a, *, n_steps: int):
     r"""Alternate the two §9 closed forms (:math:`W_Q`, then :math:`W_K`) at fixed :math:`A, \mu`.
 
     This is block-coordinate descent on :func:`surrogate`, so :math:`L` never
@@ -543,25 +543,25 @@ def unconstrained_m_steps(params: SlotParams, x, mu, a, *, n_iter: int):
     :math:`\le 1`.
 
     Returns:
-      ``(params, MStepTrace)``: final maps and ``(n_iter + 1,)`` traces.
+      ``(params, MStepTrace)``: final maps and ``(n_steps + 1,)`` traces.
     """
     params, x, mu, a = _check(params, x, mu, a)
-    if isinstance(n_iter, bool) or not isinstance(n_iter, (int, np.integer)) or n_iter < 1:
-        raise ValueError(f"n_iter must be a positive integer; got {n_iter!r}")
-    return _alternate(params, x, mu, a, int(n_iter))
+    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
+        raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
+    return _alternate(params, x, mu, a, int(n_steps))
 
 
 class FitTrace(NamedTuple):
     r"""Traces of :func:`fit`, one row per EM iteration.
 
     Attributes:
-      free_energy: ``(n_iter, n_e_steps + 2)`` values of :math:`F_\lambda`: before the
+      free_energy: ``(n_steps, n_e_steps + 2)`` values of :math:`F_\lambda`: before the
         E-step, after each of its CCCP updates, and after the M-step.
-      surrogate_before: ``(n_iter,)`` :math:`L` at the E-step's :math:`A, \mu`
+      surrogate_before: ``(n_steps,)`` :math:`L` at the E-step's :math:`A, \mu`
         before the :math:`W_Q` update.
-      surrogate_after: ``(n_iter,)`` the same after the :math:`W_Q` update.
-      delta_w_q: ``(n_iter,)`` Frobenius norm of the change in :math:`W_Q`.
-      norm_w_q: ``(n_iter,)`` Frobenius norm of :math:`W_Q` after the M-step.
+      surrogate_after: ``(n_steps,)`` the same after the :math:`W_Q` update.
+      delta_w_q: ``(n_steps,)`` Frobenius norm of the change in :math:`W_Q`.
+      norm_w_q: ``(n_steps,)`` Frobenius norm of :math:`W_Q` after the M-step.
     """
 
     free_energy: Array
@@ -571,11 +571,11 @@ class FitTrace(NamedTuple):
     norm_w_q: Array
 
 
-@partial(jax.jit, static_argnames=("n_iter", "n_e_steps", "m_step", "report_every"))
-def _fit(params, x, mu, lam, prox, n_iter, n_e_steps, m_step, report_every=0):
+@partial(jax.jit, static_argnames=("n_steps", "n_e_steps", "m_step", "report_every"))
+def _fit(params, x, mu, lam, prox, n_steps, n_e_steps, m_step, report_every=0):
     def body(carry, i):
         p, m = carry
-        _progress.tick(i, n_iter, report_every)
+        _progress.tick(i, n_steps, report_every)
 
         def estep(mm, _):
             new = -_grad_mu(p, x, mm) / lam
@@ -594,11 +594,11 @@ def _fit(params, x, mu, lam, prox, n_iter, n_e_steps, m_step, report_every=0):
         return (p_new, m_new), (trace, before, after, jnp.linalg.norm(w_q - p.w_q),
                                 jnp.linalg.norm(w_q))
 
-    (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_iter))
+    (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_steps))
     return p, m, FitTrace(*out)
 
 
-def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: float = 1.0,
+def fit(params: SlotParams, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float = 1.0,
         m_step: str = "procrustes", prox: float = 1e-3, progress: bool = False):
     r"""EM for slot attention with :math:`W_K` held fixed (the fix of the §9 collapse).
 
@@ -634,7 +634,7 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
         iteration where the trace is not finite).
     """
     params, x, mu = _check(params, x, mu)
-    for name, v in (("n_iter", n_iter), ("n_e_steps", n_e_steps)):
+    for name, v in (("n_steps", n_steps), ("n_e_steps", n_e_steps)):
         if not isinstance(v, (int, np.integer)) or v < 1:
             raise ValueError(f"{name} must be a positive integer; got {v!r}")
     _validate.positive("lam", lam)
@@ -645,9 +645,9 @@ def fit(params: SlotParams, x, mu, *, n_iter: int, n_e_steps: int = 1, lam: floa
         wq = np.asarray(params.w_q)
         if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
             raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
-    with _progress.bar(progress, int(n_iter), f"slot-attention EM ({m_step})") as every:
+    with _progress.bar(progress, int(n_steps), f"slot-attention EM ({m_step})") as every:
         out = jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype), jnp.asarray(prox, x.dtype),
-                                         int(n_iter), int(n_e_steps), m_step, every))
+                                         int(n_steps), int(n_e_steps), m_step, every))
     _validate.require_finite("slot_attention.fit", out, steps=out[2].free_energy,
                         hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps")
     return out

@@ -50,7 +50,7 @@ def _rbm_fit():
 
 
 def _slot_fit():
-    return dict(V.slot_args(), n_iter=2, m_step="least_squares")
+    return dict(V.slot_args(), n_steps=2, m_step="least_squares")
 
 
 def _diffusion_fit():
@@ -70,7 +70,7 @@ DRIVERS = {
     "slds.fit": (slds.fit, V.slds_fit),
     "slds.em_step": (slds.em_step, V.slds_energy),
     "slds.sample": (slds.sample, V.slds_sample),
-    "hopfield.retrieve": (hopfield.retrieve, lambda: dict(V.hopfield_args(), steps=3, return_energy=True)),
+    "hopfield.retrieve": (hopfield.retrieve, lambda: dict(V.hopfield_args(), n_steps=3, return_energy=True)),
     "structural.cccp": (structural.cccp, V.cccp_args),
     "slot_attention.fit": (slot_attention.fit, _slot_fit),
     "rbm.fit": (rbm.fit, _rbm_fit),

@@ -194,7 +194,7 @@ def test_update_is_dot_product_attention(seed, beta):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_retrieve_matches_update_loop_and_trace(seed):
     m, x = instance(seed)
-    out, trace = hopfield.retrieve(m, x, beta=1.5, steps=6, return_energy=True)
+    out, trace = hopfield.retrieve(m, x, beta=1.5, n_steps=6, return_energy=True)
     ref = x
     energies = [hopfield.regularised_energies(m, ref, beta=1.5)]
     for _ in range(6):
@@ -204,8 +204,8 @@ def test_retrieve_matches_update_loop_and_trace(seed):
     np.testing.assert_allclose(trace, jnp.stack(energies), rtol=1e-12)
     assert trace.shape == (7, 5)
     assert bool(jnp.all(jnp.diff(trace, axis=0) <= 1e-12))
-    np.testing.assert_allclose(hopfield.retrieve(m, x, beta=1.5, steps=6), out, rtol=0, atol=0)
-    out0, tr0 = hopfield.retrieve(m, x, beta=1.5, steps=0, return_energy=True)
+    np.testing.assert_allclose(hopfield.retrieve(m, x, beta=1.5, n_steps=6), out, rtol=0, atol=0)
+    out0, tr0 = hopfield.retrieve(m, x, beta=1.5, n_steps=0, return_energy=True)
     np.testing.assert_array_equal(out0, x)
     assert tr0.shape == (1, 5)
 
@@ -219,7 +219,7 @@ def test_one_step_retrieval_of_separated_patterns(seed):
     flip = jax.random.bernoulli(key_f, 0.1, (k, d))
     x = jnp.where(flip, -m, m)  # 10% of the pixels flipped
     beta = 200.0
-    out = hopfield.retrieve(m, x, beta=beta, steps=1)
+    out = hopfield.retrieve(m, x, beta=beta, n_steps=1)
     # derived bound: |x_new - m_mu| <= 2 max|m| sum_{nu != mu} exp(-beta (m_mu - m_nu)^T x)
     s = np.asarray(x @ m.T)
     gaps = np.diag(s)[:, None] - s
@@ -251,9 +251,9 @@ def test_validation():
     with pytest.raises(ValueError, match="memories"):
         hopfield.grad_memories(m.at[1, 1].set(jnp.inf), x, beta=1.0)
     with pytest.raises(ValueError, match="steps"):
-        hopfield.retrieve(m, x, beta=1.0, steps=-1)
+        hopfield.retrieve(m, x, beta=1.0, n_steps=-1)
     with pytest.raises(ValueError, match="steps"):
-        hopfield.retrieve(m, x, beta=1.0, steps=2.5)
+        hopfield.retrieve(m, x, beta=1.0, n_steps=2.5)
     with pytest.raises(ValueError, match="anchor"):
         hopfield.cccp_surrogate(m, x, x[:2], beta=1.0)
     with pytest.raises(ValueError, match="patterns"):
@@ -263,8 +263,8 @@ def test_validation():
         hopfield.classical_retrieve(w, jnp.array([[1.0, 2.0, 1.0]]))
     with pytest.raises(ValueError, match="states"):
         hopfield.classical_retrieve(w, jnp.array([[1.0, 1.0]]))
-    with pytest.raises(ValueError, match="sweeps"):
-        hopfield.classical_retrieve(w, jnp.array([[1.0, 1.0, 1.0]]), sweeps=-2)
+    with pytest.raises(ValueError, match="n_steps"):
+        hopfield.classical_retrieve(w, jnp.array([[1.0, 1.0, 1.0]]), n_steps=-2)
 
 
 # --- classical binary network -------------------------------------------------
@@ -294,7 +294,7 @@ def test_classical_matches_numpy_reference_and_descends(seed):
     np.testing.assert_allclose(
         w, (patterns.T @ patterns - k * np.eye(d)) / d, rtol=1e-14, atol=1e-15
     )
-    out, trace = hopfield.classical_retrieve(w, jnp.asarray(states), sweeps=3, return_energy=True)
+    out, trace = hopfield.classical_retrieve(w, jnp.asarray(states), n_steps=3, return_energy=True)
     np.testing.assert_array_equal(out, numpy_async(w, states, 3))
     assert bool(jnp.all(jnp.diff(trace, axis=0) <= 1e-12))
     np.testing.assert_allclose(
@@ -310,4 +310,4 @@ def test_classical_orthogonal_patterns_are_fixed_points():
     patterns = jnp.asarray(h[:5])  # d = 16, K = 5
     w = hopfield.classical_store(patterns)
     np.testing.assert_allclose(w @ patterns.T, (1 - 5 / 16) * patterns.T, atol=1e-14)
-    np.testing.assert_array_equal(hopfield.classical_retrieve(w, patterns, sweeps=2), patterns)
+    np.testing.assert_array_equal(hopfield.classical_retrieve(w, patterns, n_steps=2), patterns)

@@ -64,12 +64,12 @@ SCRIPT = textwrap.dedent(
 
         m = jnp.asarray(rng.normal(size=(7, 5)))
         q = jnp.asarray(rng.normal(size=(10, 5)))  # 10 queries on 4 devices: padded
-        out, tr = hopfield.retrieve(m, q, beta=2.0, steps=4, return_energy=True)
-        out_s, tr_s = sharding.sharded_retrieve(m, q, mesh, beta=2.0, steps=4, return_energy=True)
+        out, tr = hopfield.retrieve(m, q, beta=2.0, n_steps=4, return_energy=True)
+        out_s, tr_s = sharding.sharded_retrieve(m, q, mesh, beta=2.0, n_steps=4, return_energy=True)
         assert out_s.shape == out.shape and tr_s.shape == tr.shape
         close(out_s, out)
         close(tr_s, tr)
-        close(sharding.sharded_retrieve(m, q, mesh, beta=2.0, steps=4), out)
+        close(sharding.sharded_retrieve(m, q, mesh, beta=2.0, n_steps=4), out)
         print("OK retrieve", seed)
     print("ALL OK")
     """
@@ -102,7 +102,7 @@ def test_one_device_mesh_equals_single_device(seed):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     m, q = rng.normal(size=(4, 2)), rng.normal(size=(6, 2))
     np.testing.assert_allclose(
-        sharding.sharded_retrieve(m, q, mesh, beta=1.5, steps=3), hopfield.retrieve(m, q, beta=1.5, steps=3),
+        sharding.sharded_retrieve(m, q, mesh, beta=1.5, n_steps=3), hopfield.retrieve(m, q, beta=1.5, n_steps=3),
         rtol=1e-12, atol=1e-14,
     )
 

@@ -68,7 +68,7 @@ def test_normaliser_free_energy_has_no_minimum_in_covariance(seed):
     """Seed form: sim <= ln pi_k, so E >= 0, and E decreases to 0 as Sigma -> infinity."""
     p, x = random_params(seed), random_x(seed)
     scales = [1.0, 10.0, 100.0, 1e4, 1e8]
-    es = [float(slds.energy(p._replace(covariances=s * p.covariances), x, normalize=False)) for s in scales]
+    es = [float(slds.energy(p._replace(covariances=s * p.covariances), x, normalised=False)) for s in scales]
     assert all(e >= 0 for e in es)
     assert all(a > b for a, b in zip(es, es[1:]))
     assert es[-1] < 1e-6 * es[0]
@@ -82,41 +82,41 @@ def test_normaliser_free_energy_has_no_minimum_in_covariance(seed):
 # ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("normalised", [True, False])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_grad_trajectory(seed, normalize):
+def test_grad_trajectory(seed, normalised):
     p, x = random_params(seed), random_x(seed)
-    assert_gradient(lambda v: slds.energy(p, v, normalize=normalize),
-                    lambda v: slds.grad_trajectory(p, v, normalize=normalize), x)
+    assert_gradient(lambda v: slds.energy(p, v, normalised=normalised),
+                    lambda v: slds.grad_trajectory(p, v, normalised=normalised), x)
 
 
-@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("normalised", [True, False])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_grad_next_and_prev_per_transition(seed, normalize):
+def test_grad_next_and_prev_per_transition(seed, normalised):
     """Term t alone is the energy of the two-step trajectory (x_t, x_{t+1})."""
     p, x = random_params(seed), random_x(seed)
     for t in range(x.shape[0] - 1):
         pair = x[t:t + 2]
         assert_gradient(
-            lambda v: slds.energy(p, v, normalize=normalize),
-            lambda v: jnp.stack([slds.grad_prev(p, v, normalize=normalize)[0],
-                                 slds.grad_next(p, v, normalize=normalize)[0]]),
+            lambda v: slds.energy(p, v, normalised=normalised),
+            lambda v: jnp.stack([slds.grad_prev(p, v, normalised=normalised)[0],
+                                 slds.grad_next(p, v, normalised=normalised)[0]]),
             pair,
         )
     # and the trajectory gradient is their sum (eq. 4: child + parent)
-    gn, gp = slds.grad_next(p, x, normalize=normalize), slds.grad_prev(p, x, normalize=normalize)
+    gn, gp = slds.grad_next(p, x, normalised=normalised), slds.grad_prev(p, x, normalised=normalised)
     total = jnp.zeros_like(x).at[1:].add(gn).at[:-1].add(gp)
-    np.testing.assert_allclose(total, slds.grad_trajectory(p, x, normalize=normalize), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(total, slds.grad_trajectory(p, x, normalised=normalised), rtol=1e-13, atol=1e-13)
 
 
-@pytest.mark.parametrize("normalize", [True, False])
+@pytest.mark.parametrize("normalised", [True, False])
 @pytest.mark.parametrize("seed", SEEDS)
-def test_grad_A_and_b(seed, normalize):
+def test_grad_A_and_b(seed, normalised):
     p, x = random_params(seed), random_x(seed)
-    assert_gradient(lambda A: slds.energy(p._replace(A=A), x, normalize=normalize),
-                    lambda A: slds.grad_A(p._replace(A=A), x, normalize=normalize), p.A)
-    assert_gradient(lambda b: slds.energy(p._replace(b=b), x, normalize=normalize),
-                    lambda b: slds.grad_b(p._replace(b=b), x, normalize=normalize), p.b)
+    assert_gradient(lambda A: slds.energy(p._replace(A=A), x, normalised=normalised),
+                    lambda A: slds.grad_A(p._replace(A=A), x, normalised=normalised), p.A)
+    assert_gradient(lambda b: slds.energy(p._replace(b=b), x, normalised=normalised),
+                    lambda b: slds.grad_b(p._replace(b=b), x, normalised=normalised), p.b)
 
 
 @pytest.mark.parametrize("seed", SEEDS)

@@ -217,7 +217,7 @@ def test_surrogate_matches_direct_formula(seed):
 def test_unconstrained_alternation_collapses(seed):
     params, x, mu = problem(seed, n=30, s=5, d=3)
     a = sa.attention(params, x, mu)
-    _, tr = sa.unconstrained_m_steps(params, x, mu, a, n_iter=60)
+    _, tr = sa.unconstrained_m_steps(params, x, mu, a, n_steps=60)
     sur = np.asarray(tr.surrogate)
     assert np.all(np.diff(sur) <= 1e-12 * sur[0])       # block coordinate descent on L
     assert tr.norm_k[-1] < 1e-2 * tr.norm_k[1]
@@ -273,7 +273,7 @@ def test_fit_procrustes_monotone_and_converges(seed):
     x = sa.fourier_features(pts, n_features=20, lengthscale=0.2, key=jax.random.key(7))
     mu0 = sa.init_slots(x, 4, key=jax.random.key(seed))
     params = sa.SlotParams(jnp.eye(20), orthogonal(jax.random.key(seed), 20))
-    _, _, tr = sa.fit(params, x, mu0, n_iter=60, n_e_steps=1, lam=1.0, prox=1e-3)
+    _, _, tr = sa.fit(params, x, mu0, n_steps=60, n_e_steps=1, lam=1.0, prox=1e-3)
     f = np.asarray(tr.free_energy).reshape(-1)
     assert np.all(np.diff(f) <= 1e-10 * np.abs(f).max())
     assert np.all(np.asarray(tr.surrogate_after) <= np.asarray(tr.surrogate_before) * (1 + 1e-12))
@@ -284,8 +284,8 @@ def test_fit_procrustes_monotone_and_converges(seed):
 def test_fit_same_result_twice():
     params, x, mu = problem(4, n=12, s=3, d=3)
     params = params._replace(w_q=orthogonal(jax.random.key(0), 3))
-    a = sa.fit(params, x, mu, n_iter=5)
-    b = sa.fit(params, x, mu, n_iter=5)
+    a = sa.fit(params, x, mu, n_steps=5)
+    b = sa.fit(params, x, mu, n_steps=5)
     for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_array_equal(u, v)
 
@@ -379,12 +379,12 @@ def test_validation_errors():
         sa.surrogate(params, x, mu, a.T)
     with pytest.raises(ValueError, match="non-negative"):
         sa.m_step_w_q(params, x, mu, -a)
-    with pytest.raises(ValueError, match="n_iter"):
-        sa.unconstrained_m_steps(params, x, mu, a, n_iter=0)
+    with pytest.raises(ValueError, match="n_steps"):
+        sa.unconstrained_m_steps(params, x, mu, a, n_steps=0)
     with pytest.raises(ValueError, match="orthonormal"):
-        sa.fit(params, x, mu, n_iter=2)
+        sa.fit(params, x, mu, n_steps=2)
     with pytest.raises(ValueError, match="m_step"):
-        sa.fit(params, x, mu, n_iter=2, m_step="gradient")
+        sa.fit(params, x, mu, n_steps=2, m_step="gradient")
     with pytest.raises(ValueError, match="prox"):
         sa.procrustes_w_q(params, x, mu, a, prox=-1.0)
     with pytest.raises(ValueError, match="lengthscale"):
@@ -402,10 +402,10 @@ def test_validation_errors():
 def test_fit_progress_bar_reaches_total_and_leaves_results_unchanged():
     params, x, mu = problem(4, n=12, s=3, d=3)
     params = params._replace(w_q=orthogonal(jax.random.key(0), 3))
-    a = sa.fit(params, x, mu, n_iter=7)
-    b = sa.fit(params, x, mu, n_iter=7, progress=True)
+    a = sa.fit(params, x, mu, n_steps=7)
+    b = sa.fit(params, x, mu, n_steps=7, progress=True)
     assert _progress.last == (7, 7) and _progress._bar is None
     for u, v in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)):
         np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="progress must be a bool"):
-        sa.fit(params, x, mu, n_iter=2, progress=1)
+        sa.fit(params, x, mu, n_steps=2, progress=1)

@@ -389,7 +389,7 @@ CASES: list[Case] = [
       r"memories must have a floating dtype", "int_memories"),
     C(hopfield.cccp_surrogate, "shape", lambda: dict(hopfield_args(), anchor=_normal((2, 3), 5)),
       lambda a: dict(anchor=_normal((3, 3), 5)), r"anchor must have the shape of queries", "anchor_shape"),
-    C(hopfield.retrieve, "dtype", hopfield_args, lambda a: dict(steps=2.0), r"steps must be a non-negative integer", "float_steps"),
+    C(hopfield.retrieve, "dtype", hopfield_args, lambda a: dict(n_steps=2.0), r"steps must be a non-negative integer", "float_steps"),
     # --- attention ----------------------------------------------------------
     C(attention.cross_energy, "beta", cross_args, lambda a: dict(beta=0.0), r"beta must be a finite scalar > 0", "zero"),
     C(attention.cross_grad_queries, "beta", cross_args, lambda a: dict(beta=-2.0), r"beta must be a finite scalar > 0", "negative"),
@@ -654,7 +654,7 @@ def slot_e_step():
 def slot_fit():
     a = slot_args()
     w_q = jnp.linalg.qr(a["params"].w_q)[0]  # orthonormal columns, as procrustes needs
-    return dict(params=a["params"]._replace(w_q=w_q), x=a["x"], mu=a["mu"], n_iter=1)
+    return dict(params=a["params"]._replace(w_q=w_q), x=a["x"], mu=a["mu"], n_steps=1)
 
 
 def slot_procrustes():
@@ -694,7 +694,7 @@ def sharding_fit():
 
 
 def sharding_retrieve():
-    return dict(hopfield_args(), mesh=sharding.data_mesh(1), steps=2)
+    return dict(hopfield_args(), mesh=sharding.data_mesh(1), n_steps=2)
 
 
 def _replace_params(field, make_bad):
@@ -997,7 +997,7 @@ INT_INPUTS = [
     (slot_attention.m_step_w_q, slot_assign, "a"),
     (slot_attention.m_step_w_k, slot_assign, "x"),
     (slot_attention.procrustes_w_q, slot_procrustes, "a"),
-    (slot_attention.unconstrained_m_steps, lambda: dict(slot_assign(), n_iter=1), "mu"),
+    (slot_attention.unconstrained_m_steps, lambda: dict(slot_assign(), n_steps=1), "mu"),
     (slot_attention.fit, slot_fit, "x"),
     (slot_attention.fourier_features, lambda: dict(points=_normal((4, 2)), n_features=3, lengthscale=0.5, key=KEY), "points"),
     (slot_attention.init_slots, lambda: dict(x=_normal((5, 4)), n_slots=2, key=KEY), "x"),
@@ -1157,7 +1157,7 @@ CASES += [
       "collapsed_component"),
     C(slds.fit, "diverge", slds_fit_degenerate, lambda a: dict(reg_covar=0.0),
       r"every EM restart broke down .* larger reg_covar", "still_trajectory"),
-    C(slot_attention.fit, "diverge", lambda: dict(slot_args(), n_iter=2, m_step="least_squares"),
+    C(slot_attention.fit, "diverge", lambda: dict(slot_args(), n_steps=2, m_step="least_squares"),
       lambda a: dict(lam=1e-300), "slot_attention.fit: " + DIVERGE, "tiny_lam"),
     C(rbm.fit, "diverge", rbm_fit, lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
       "rbm.fit: " + DIVERGE + ".*lower learning_rate", "huge_rate"),
