@@ -36,7 +36,7 @@ P = 0.2
 def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps: int = 15, *,
         n_train: int = 64, seeds=(0, 1, 2), n_steps: int = 300, n_test: int = 256, rank: int = 5,
         max_steps: int = 60):
-    """Rows of section 4 and the raw figures per ``n``; the task is chapter 12's (d = 10, rank 5, p = 1/5)."""
+    """Rows of section 4 and the raw figures per ``n``; the task is chapter 09's (d = 10, rank 5, p = 1/5)."""
     try:
         from lse_energy import expanding
         from lse_energy.experiments import structural_tasks as toy

@@ -57,7 +57,7 @@ def _instance(seed: int, n: int, *, self_edges: bool):
 
 @pytest.mark.parametrize("variant", multihop.VARIANTS)
 def test_multihop_is_structural_expectation_without_self_edges(variant):
-    """ch12, prop-multihop: with self-edges masked (P_ii = 0), A(P) V = E_phi[v(x, phi)] exactly."""
+    """ch09, prop-multihop: with self-edges masked (P_ii = 0), A(P) V = E_phi[v(x, phi)] exactly."""
     worst = 0.0
     for seed in range(N_INSTANCES):
         n = 3 + seed % 3  # n = 3, 4, 5: up to 3125 structures
@@ -70,7 +70,7 @@ def test_multihop_is_structural_expectation_without_self_edges(variant):
 
 @pytest.mark.parametrize("variant", multihop.VARIANTS)
 def test_multihop_is_not_structural_expectation_with_self_edges(variant):
-    """ch12, prop-multihop: without the condition, A(P) V is only the independent-redraw approximation.
+    """ch09, prop-multihop: without the condition, A(P) V is only the independent-redraw approximation.
 
     The exact expectation is (P^2 - diag(P) P + diag(P)) X for the second hop: when
     phi_i = i the second hop returns x_i itself. That closed form matches brute force
