@@ -11,7 +11,7 @@ from benchmarks.common import compare, matmul_callable, row
 
 
 def make_problem(N: int, d: int, K: int, seed: int = 0):
-    """A K-cluster float64 data set and the shared initial parameters (gmm.initialize)."""
+    """A K-cluster float64 data set and the shared initial parameters (gmm.init_params)."""
     import jax
     import jax.numpy as jnp
 
@@ -23,7 +23,7 @@ def make_problem(N: int, d: int, K: int, seed: int = 0):
     z = rng.integers(0, K, size=N)
     x = centres[z] + np.einsum("nab,nb->na", scales[z], rng.normal(size=(N, d)))
     x = jnp.asarray(x, jnp.float64)
-    p0 = gmm.initialize(x, K, key=jax.random.key(seed), reg_covar=1e-6)
+    p0 = gmm.init_params(x, K, key=jax.random.key(seed), reg_covar=1e-6)
     return x, p0
 
 

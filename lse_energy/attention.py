@@ -51,7 +51,7 @@ from lse_energy.core import GradientTerms
 Array = jax.Array
 
 __all__ = [
-    "AttentionParams",
+    "Params",
     "MultiHeadParams",
     "cross_energy",
     "cross_grad_queries",
@@ -66,7 +66,7 @@ __all__ = [
     "attend",
     "edge_prior",
     "prior_energy",
-    "init_attention",
+    "init_params",
     "init_multihead",
     "multihead_attention",
     "causal_mask",
@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 
-class AttentionParams(NamedTuple):
+class Params(NamedTuple):
     r"""Query and key projections of one attention head.
 
     .. math:: q_c = W^Q x_c, \qquad k_p = W^K x_p, \qquad
@@ -211,8 +211,8 @@ def cross_grad_keys(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
 
 
 def _check_cross_tokens(params, xq, xk):
-    if not isinstance(params, AttentionParams):
-        raise ValueError(f"params must be AttentionParams; got {type(params).__name__}")
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be attention.Params; got {type(params).__name__}")
     wq = _validate.float_array("params.wq", params.wq, 2)
     wk = _validate.float_array("params.wk", params.wk, 2)
     xq = _validate.float_array("xq", xq, 2)
@@ -228,11 +228,11 @@ def _check_cross_tokens(params, xq, xk):
     return wq, wk, xq, xk
 
 
-def cross_energy_tokens(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, bias=None) -> Array:
+def cross_energy_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Array:
     r"""Eq. (6) as a function of raw tokens: :math:`q_c = W^Q x^Q_c`, :math:`k_p = W^K x^K_p`.
 
     Args:
-      params: :class:`AttentionParams` with ``wq: (d_k, d_q)``, ``wk: (d_k, d_kin)``.
+      params: :class:`Params` with ``wq: (d_k, d_q)``, ``wk: (d_k, d_kin)``.
       xq: ``(..., N_Q, d_q)`` raw query tokens.
       xk: ``(..., N_K, d_kin)`` raw key tokens.
 
@@ -243,7 +243,7 @@ def cross_energy_tokens(params: AttentionParams, xq, xk, *, beta=1.0, mask=None,
     return cross_energy(xq @ wq.T, xk @ wk.T, beta=beta, mask=mask, bias=bias)
 
 
-def cross_grad_tokens(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, bias=None):
+def cross_grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None):
     r"""Gradients w.r.t. the raw tokens: eqs. (7)–(8) followed by the chain rule.
 
     §3 of Tschantz (2025): "when mapping back to the raw tokens, chain-rule
@@ -262,7 +262,7 @@ def cross_grad_tokens(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, b
     return dq @ wq, dk @ wk
 
 
-def cross_grad_params(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, bias=None) -> AttentionParams:
+def cross_grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Params:
     r"""Gradients w.r.t. :math:`W^Q` and :math:`W^K`: eqs. (7)–(8) and the chain rule.
 
     .. math:: \frac{\partial E}{\partial W^Q} = \sum_c \frac{\partial E}{\partial q_c}\, x_c^{Q\top}
@@ -273,13 +273,13 @@ def cross_grad_params(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, b
     (summed over leading batch axes too).
 
     Returns:
-      :class:`AttentionParams` of gradients, shaped like ``params``.
+      :class:`Params` of gradients, shaped like ``params``.
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
     q, k = xq @ wq.T, xk @ wk.T
     dq = cross_grad_queries(q, k, beta=beta, mask=mask, bias=bias)
     dk = cross_grad_keys(q, k, beta=beta, mask=mask, bias=bias)
-    return AttentionParams(
+    return Params(
         wq=jnp.einsum("...ck,...ci->ki", dq, xq),
         wk=jnp.einsum("...pk,...pi->ki", dk, xk),
     )
@@ -291,8 +291,8 @@ def cross_grad_params(params: AttentionParams, xq, xk, *, beta=1.0, mask=None, b
 
 
 def _check_self(params, x):
-    if not isinstance(params, AttentionParams):
-        raise ValueError(f"params must be AttentionParams; got {type(params).__name__}")
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be attention.Params; got {type(params).__name__}")
     wq = _validate.float_array("params.wq", params.wq, 2)
     wk = _validate.float_array("params.wk", params.wk, 2)
     x = _validate.float_array("x", x, 2)
@@ -305,14 +305,14 @@ def _check_self(params, x):
     return wq, wk, x
 
 
-def self_energy(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> Array:
+def self_energy(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
     r"""Self-attention energy, eq. (15) of Tschantz (2025), every token child and parent.
 
     .. math:: E^{\mathrm{SA}} = -\sum_{c=1}^{N} \ln \sum_{p=1}^{N}
               \exp\big(\beta\,(W^Q x_c)^\top (W^K x_p) + b_{cp}\big).
 
     Args:
-      params: :class:`AttentionParams`, ``wq, wk: (d_k, d)``.
+      params: :class:`Params`, ``wq, wk: (d_k, d)``.
       x: ``(..., N, d)`` tokens.
       beta: inverse temperature ``> 0``.
       mask: optional boolean ``(..., N, N)``, e.g. :func:`causal_mask`.
@@ -327,7 +327,7 @@ def self_energy(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -
     return core.energy(_sim(x @ wq.T, x @ wk.T, beta, bias), mask)
 
 
-def self_grad_terms(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> GradientTerms:
+def self_grad_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> GradientTerms:
     r"""The two terms of :math:`-\partial E^{\mathrm{SA}}/\partial x_i`, eq. (16) of Tschantz (2025).
 
     .. math::
@@ -357,7 +357,7 @@ def self_grad_terms(params: AttentionParams, x, *, beta=1.0, mask=None, bias=Non
     return GradientTerms(child=child, parent=parent)
 
 
-def self_grad(params: AttentionParams, x, *, beta=1.0, mask=None, bias=None) -> Array:
+def self_grad(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
     r""":math:`\partial E^{\mathrm{SA}}/\partial x`, eq. (16): minus the sum of :func:`self_grad_terms`.
 
     Returns:
@@ -500,7 +500,7 @@ def prior_energy(sim, prior) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def init_attention(d_in: int, d_k: int, *, key, scale: float = 1.0) -> AttentionParams:
+def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
     r"""Gaussian :math:`W^Q, W^K` with entries :math:`\mathcal{N}(0, \mathrm{scale}^2/d_{in})`."""
     d_in = _validate.count("d_in", d_in, 1)
     d_k = _validate.count("d_k", d_k, 1)
@@ -508,7 +508,7 @@ def init_attention(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Attention
         raise ValueError(f"scale must be a finite scalar > 0; got {scale!r}")
     k1, k2 = jax.random.split(key)
     s = scale / math.sqrt(d_in)
-    return AttentionParams(
+    return Params(
         wq=s * jax.random.normal(k1, (d_k, d_in)),
         wk=s * jax.random.normal(k2, (d_k, d_in)),
     )

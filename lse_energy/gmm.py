@@ -55,7 +55,7 @@ from lse_energy import _validate, core
 Array = jax.Array
 
 __all__ = [
-    "GMMParams",
+    "Params",
     "sim",
     "energy",
     "seed_energy",
@@ -67,7 +67,7 @@ __all__ = [
     "grad_weights",
     "em_step",
     "em_step_reference",
-    "initialize",
+    "init_params",
     "fit",
     "check_params",
     "sufficient_statistics",
@@ -76,7 +76,7 @@ __all__ = [
 ]
 
 
-class GMMParams(NamedTuple):
+class Params(NamedTuple):
     r"""Parameters of a :math:`K`-component Gaussian mixture in :math:`\mathbb{R}^d`.
 
     .. math:: p(x) = \sum_{k=1}^K \pi_k\, \mathcal N(x \mid \mu_k, \Sigma_k)
@@ -115,16 +115,16 @@ def _check_x(x, d: int | None = None) -> Array:
     return x
 
 
-def check_params(params) -> GMMParams:
-    """``params`` as :class:`GMMParams` of floating arrays, or ``ValueError`` naming the bad field.
+def check_params(params) -> Params:
+    """``params`` as :class:`Params` of floating arrays, or ``ValueError`` naming the bad field.
 
     Checks shapes ``(K,)``, ``(K, d)``, ``(K, d, d)`` and, when concrete, that
     every entry is finite, the weights are positive and sum to one, and every
     covariance is symmetric positive definite.
     """
     if not isinstance(params, tuple) or len(params) != 3:
-        raise ValueError("params must be GMMParams(weights, means, covariances)")
-    weights, means, covariances = (_float(f"params.{f}", a) for f, a in zip(GMMParams._fields, params))
+        raise ValueError("params must be gmm.Params(weights, means, covariances)")
+    weights, means, covariances = (_float(f"params.{f}", a) for f, a in zip(Params._fields, params))
     if means.ndim != 2:
         raise ValueError(f"params.means must have shape (K, d); got shape {means.shape}")
     K, d = means.shape
@@ -158,7 +158,7 @@ def check_params(params) -> GMMParams:
                 np.linalg.cholesky(c[k])
             except np.linalg.LinAlgError:
                 raise ValueError(f"params.covariances[{k}] is not positive definite") from None
-    return GMMParams(weights, means, covariances)
+    return Params(weights, means, covariances)
 
 
 def _check_reg(reg_covar) -> float:
@@ -181,7 +181,7 @@ _tri_solve = jax.vmap(
 )
 
 
-def _whitened(params: GMMParams, x: Array):
+def _whitened(params: Params, x: Array):
     """Return ``L (K,d,d)``, ``diff (K,N,d)`` and ``z = L^{-1} diff`` as ``(K,d,N)``."""
     L = _cholesky(params.covariances)
     diff = x[None, :, :] - params.means[:, None, :]
@@ -189,7 +189,7 @@ def _whitened(params: GMMParams, x: Array):
     return L, diff, z
 
 
-def _sim(params: GMMParams, x: Array, normalised: bool) -> Array:
+def _sim(params: Params, x: Array, normalised: bool) -> Array:
     L, _, z = _whitened(params, x)
     s = jnp.log(params.weights)[None, :] - 0.5 * jnp.sum(z**2, axis=1).T
     if normalised:
@@ -199,7 +199,7 @@ def _sim(params: GMMParams, x: Array, normalised: bool) -> Array:
     return s
 
 
-def _precision_times_diff(params: GMMParams, x: Array):
+def _precision_times_diff(params: Params, x: Array):
     r"""``L (K,d,d)``, ``diff (K,N,d)`` and ``u = \Sigma_k^{-1}(x_i - \mu_k)`` as ``(K,N,d)``."""
     L, diff, z = _whitened(params, x)
     u = jnp.swapaxes(_tri_solve(L, z, 1), 1, 2)  # L^{-T} L^{-1} diff
@@ -211,7 +211,7 @@ def _precision_times_diff(params: GMMParams, x: Array):
 # ---------------------------------------------------------------------------
 
 
-def sim(params: GMMParams, x, *, normalised: bool = True) -> Array:
+def sim(params: Params, x, *, normalised: bool = True) -> Array:
     r"""The similarity matrix :math:`\mathrm{sim}(x_i, \mu_k)` of §2.
 
     .. math::
@@ -221,7 +221,7 @@ def sim(params: GMMParams, x, *, normalised: bool = True) -> Array:
         \;\big[ - \tfrac12 \ln|2\pi\Sigma_k| \big]
 
     Args:
-      params: :class:`GMMParams` with shapes ``(K,)``, ``(K, d)``, ``(K, d, d)``.
+      params: :class:`Params` with shapes ``(K,)``, ``(K, d)``, ``(K, d, d)``.
       x: ``(N, d)`` data points.
       normalised: include the bracketed Gaussian normaliser (default). With
         ``False`` this is the seed's sim exactly as printed in §2 / Appendix B.
@@ -235,7 +235,7 @@ def sim(params: GMMParams, x, *, normalised: bool = True) -> Array:
     return _sim(params, x, normalised)
 
 
-def energy(params: GMMParams, x) -> Array:
+def energy(params: Params, x) -> Array:
     r"""Exact negative log-likelihood, eq. (5) with the normalised sim.
 
     .. math::
@@ -246,7 +246,7 @@ def energy(params: GMMParams, x) -> Array:
     scikit-learn at the same parameters.
 
     Args:
-      params: :class:`GMMParams`.
+      params: :class:`Params`.
       x: ``(N, d)``.
 
     Returns:
@@ -255,7 +255,7 @@ def energy(params: GMMParams, x) -> Array:
     return core.energy(sim(params, x, normalised=True))
 
 
-def seed_energy(params: GMMParams, x) -> Array:
+def seed_energy(params: Params, x) -> Array:
     r"""The seed's eq. (5) as printed: the log-sum-exp of the *unnormalised* sim.
 
     .. math::
@@ -273,7 +273,7 @@ def seed_energy(params: GMMParams, x) -> Array:
     return core.energy(sim(params, x, normalised=False))
 
 
-def responsibilities(params: GMMParams, x, *, normalised: bool = True) -> Array:
+def responsibilities(params: Params, x, *, normalised: bool = True) -> Array:
     r"""The softmax weights of eq. (4): :math:`r_{ik} = \mathrm{softmax}_k\, \mathrm{sim}(x_i, \mu_k)`.
 
     With ``normalised=True`` this is the posterior
@@ -286,7 +286,7 @@ def responsibilities(params: GMMParams, x, *, normalised: bool = True) -> Array:
     return core.weights(sim(params, x, normalised=normalised))
 
 
-def free_energy(params: GMMParams, x, resp) -> Array:
+def free_energy(params: Params, x, resp) -> Array:
     r"""The EM upper bound (variational free energy) :math:`F(q, \theta) \ge E(\theta)`.
 
     .. math::
@@ -300,7 +300,7 @@ def free_energy(params: GMMParams, x, resp) -> Array:
     :math:`q_{ik} = 0` contribute :math:`0 \ln 0 = 0`.
 
     Args:
-      params: :class:`GMMParams`.
+      params: :class:`Params`.
       x: ``(N, d)``.
       resp: ``(N, K)`` non-negative, rows summing to one.
 
@@ -333,7 +333,7 @@ def _weights_and_whitened(params, x, normalised):
     return core.weights(_sim(params, x, normalised)), _precision_times_diff(params, x)[2]
 
 
-def grad_means(params: GMMParams, x, *, normalised: bool = True) -> Array:
+def grad_means(params: Params, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial \mu_k`, the parent part of eq. (4) (§2 "Gradients", Appendix B).
 
     .. math::
@@ -352,7 +352,7 @@ def grad_means(params: GMMParams, x, *, normalised: bool = True) -> Array:
     return -jnp.einsum("ik,kid->kd", r, u)
 
 
-def grad_x(params: GMMParams, x, *, normalised: bool = True) -> Array:
+def grad_x(params: Params, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial x_i`, the child part of eq. (4) (not printed in the seed).
 
     .. math::
@@ -370,7 +370,7 @@ def grad_x(params: GMMParams, x, *, normalised: bool = True) -> Array:
     return jnp.einsum("ik,kid->id", r, u)
 
 
-def grad_covariances(params: GMMParams, x, *, normalised: bool = True) -> Array:
+def grad_covariances(params: Params, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial \Sigma_k` (symmetric), eq. (4) with the sim-derivative w.r.t. :math:`\Sigma_k`.
 
     .. math::
@@ -403,7 +403,7 @@ def grad_covariances(params: GMMParams, x, *, normalised: bool = True) -> Array:
     return 0.5 * (Nk[:, None, None] * precision - outer)
 
 
-def grad_weights(params: GMMParams, x, *, normalised: bool = True) -> Array:
+def grad_weights(params: Params, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial \pi_k`, treating :math:`\pi` as free in :math:`\ln\pi_k` of sim.
 
     .. math::
@@ -429,7 +429,7 @@ def grad_weights(params: GMMParams, x, *, normalised: bool = True) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def _em_step_reference(params: GMMParams, x: Array, reg_covar) -> GMMParams:
+def _em_step_reference(params: Params, x: Array, reg_covar) -> Params:
     """The direct form of one EM step: N x K x d intermediates (the oracle for the fast path)."""
     N, d = x.shape
     r = core.weights(_sim(params, x, True))  # E-step
@@ -438,13 +438,13 @@ def _em_step_reference(params: GMMParams, x: Array, reg_covar) -> GMMParams:
     diff = x[None, :, :] - means[:, None, :]
     cov = jnp.einsum("ik,kia,kib->kab", r, diff, diff) / Nk[:, None, None]
     cov = cov + reg_covar * jnp.eye(d, dtype=x.dtype)
-    return GMMParams(weights=Nk / N, means=means, covariances=cov)
+    return Params(weights=Nk / N, means=means, covariances=cov)
 
 
 _em_step_reference_jit = jax.jit(_em_step_reference)
 
 
-def em_step_reference(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
+def em_step_reference(params: Params, x, *, reg_covar: float = 0.0) -> Params:
     r"""The same EM iteration as :func:`em_step`, written directly from the formulas.
 
     It forms the responsibilities :math:`r` ``(N, K)`` with the whitened
@@ -491,7 +491,7 @@ def _features(x: Array) -> Array:
     return jnp.concatenate([jnp.ones_like(x[:, :1]), x, *quad], axis=1)
 
 
-def _sim_coefficients(params: GMMParams, shift: Array) -> Array:
+def _sim_coefficients(params: Params, shift: Array) -> Array:
     """``(F, K)`` matrix ``A`` with ``sim(x, k) = features(x - shift) @ A[:, k]``."""
     K, d = params.means.shape
     L = _cholesky(params.covariances)
@@ -549,7 +549,7 @@ def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUN
     return ll, R
 
 
-def _m_step(R: Array, N, shift: Array, reg_covar) -> GMMParams:
+def _m_step(R: Array, N, shift: Array, reg_covar) -> Params:
     """Closed-form M-step from the sufficient statistics ``R = r' f(x - shift)``."""
     d = shift.shape[0]
     Nk = R[:, 0]
@@ -558,10 +558,10 @@ def _m_step(R: Array, N, shift: Array, reg_covar) -> GMMParams:
     second = R[:, 1 + d:][:, full] / Nk[:, None, None]  # (K, d, d) sum r x x' / N_k
     cov = second - mu[:, :, None] * mu[:, None, :]
     cov = 0.5 * (cov + jnp.swapaxes(cov, 1, 2)) + reg_covar * jnp.eye(d, dtype=R.dtype)
-    return GMMParams(weights=Nk / N, means=mu + shift[None, :], covariances=cov)
+    return Params(weights=Nk / N, means=mu + shift[None, :], covariances=cov)
 
 
-def _em_step(params: GMMParams, x: Array, reg_covar) -> GMMParams:
+def _em_step(params: Params, x: Array, reg_covar) -> Params:
     shift = jnp.mean(x, axis=0)
     _, R = _suff_stats(_sim_coefficients(params, shift), x, shift)
     return _m_step(R, x.shape[0], shift, reg_covar)
@@ -570,7 +570,7 @@ def _em_step(params: GMMParams, x: Array, reg_covar) -> GMMParams:
 _em_step_jit = jax.jit(_em_step)
 
 
-def em_step(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
+def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
     r"""One EM iteration: E-step (responsibilities), then the closed-form M-step.
 
     .. math::
@@ -587,12 +587,12 @@ def em_step(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
     equals one iteration of ``GaussianMixture.fit``.
 
     Args:
-      params: :class:`GMMParams`.
+      params: :class:`Params`.
       x: ``(N, d)``.
       reg_covar: non-negative ridge added to each covariance.
 
     Returns:
-      The updated :class:`GMMParams`.
+      The updated :class:`Params`.
     """
     params = check_params(params)
     x = _check_x(x, params.means.shape[1])
@@ -600,7 +600,7 @@ def em_step(params: GMMParams, x, *, reg_covar: float = 0.0) -> GMMParams:
     return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
 
 
-def initialize(x, n_components: int, *, key, reg_covar: float = 1e-6) -> GMMParams:
+def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params:
     r"""The starting point used by :func:`fit`.
 
     Means are ``n_components`` distinct data points chosen with ``key``;
@@ -615,7 +615,7 @@ def initialize(x, n_components: int, *, key, reg_covar: float = 1e-6) -> GMMPara
         ``1e-6``, as :func:`fit` and scikit-learn).
 
     Returns:
-      :class:`GMMParams`.
+      :class:`Params`.
     """
     x = _check_x(x)
     K = _check_components(n_components, x.shape[0])
@@ -630,7 +630,7 @@ def initialize(x, n_components: int, *, key, reg_covar: float = 1e-6) -> GMMPara
         raise ValueError(
             "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
         ) from None
-    return GMMParams(
+    return Params(
         weights=jnp.full((K,), 1.0 / K, dtype=x.dtype),
         means=x[idx],
         covariances=jnp.broadcast_to(cov, (K, d, d)),
@@ -654,7 +654,7 @@ def _not_pd(covariances: Array) -> Array:
     return ~jnp.all(jnp.isfinite(_cholesky(covariances)), axis=(-2, -1))
 
 
-def _em_loop(params: GMMParams, stats, N, shift: Array, max_iter: int, tol, reg_covar, dtype):
+def _em_loop(params: Params, stats, N, shift: Array, max_iter: int, tol, reg_covar, dtype):
     """EM until ``max_iter`` steps, a change in energy below ``tol * N``, or a failed M-step.
 
     ``stats(p)`` returns ``(sum_i ln p(x_i | p), R)``: one pass over the data at ``p``
@@ -689,7 +689,7 @@ def _em_loop(params: GMMParams, stats, N, shift: Array, max_iter: int, tol, reg_
     return params, trace, n_iter, failed
 
 
-def sufficient_statistics(params: GMMParams, x, shift, valid=None):
+def sufficient_statistics(params: Params, x, shift, valid=None):
     r"""One pass over the rows: :math:`(\sum_i \ln p(x_i), R)` with :math:`R = r^\top f(x - \mathrm{shift})`.
 
     :math:`r` are the responsibilities and :math:`f(y) = [1, y, y_a y_b]_{a \le b}`
@@ -703,7 +703,7 @@ def sufficient_statistics(params: GMMParams, x, shift, valid=None):
     return _suff_stats(_sim_coefficients(params, shift), x, shift, valid)
 
 
-def m_step(R, n, shift, reg_covar) -> GMMParams:
+def m_step(R, n, shift, reg_covar) -> Params:
     """The closed-form M-step (:func:`em_step`) from :func:`sufficient_statistics` ``R`` of ``n`` rows.
 
     A kernel: it does not validate, for use inside ``jit``.
@@ -740,7 +740,7 @@ def _check_fit_args(max_iter, tol) -> tuple[int, float]:
 
 
 def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):
-    r"""Fit a :math:`K`-component mixture by EM from :func:`initialize`.
+    r"""Fit a :math:`K`-component mixture by EM from :func:`init_params`.
 
     The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
     steps or when the change in mean log-likelihood
@@ -758,7 +758,7 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
         ``0`` for exact EM (whose energy trace is non-increasing).
 
     Returns:
-      ``(params, energies)``: the fitted :class:`GMMParams` and the energy
+      ``(params, energies)``: the fitted :class:`Params` and the energy
       trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0` at the
       initial parameters, :math:`T \le` ``max_iter`` the number of steps
       taken). With ``reg_covar = 0`` the trace is non-increasing.
@@ -772,13 +772,13 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
     """
     x = _check_x(x)
     _check_fit_args(max_iter, tol)
-    params = initialize(x, n_components, key=key, reg_covar=reg_covar)
+    params = init_params(x, n_components, key=key, reg_covar=reg_covar)
     shift = jnp.mean(x, axis=0)
     return em(params, _local_statistics, (x, shift), n=x.shape[0], shift=shift, max_iter=max_iter, tol=tol,
               reg_covar=reg_covar)
 
 
-def em(params: GMMParams, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6,
+def em(params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6,
        reg_covar: float = 1e-6):
     r"""EM from ``params`` with a given pass over the data; the loop of :func:`fit`.
 
@@ -789,7 +789,7 @@ def em(params: GMMParams, statistics, data, *, n: int, shift, max_iter: int = 10
     those of :func:`fit`.
 
     Args:
-      params: initial :class:`GMMParams`.
+      params: initial :class:`Params`.
       statistics: a hashable function (a static argument of the jitted loop).
       data: tuple of arrays passed to ``statistics`` after ``p``.
       n: the number of data points ``N``.

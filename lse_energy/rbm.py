@@ -62,7 +62,7 @@ from lse_energy import _validate, core
 Array = jax.Array
 
 __all__ = [
-    "RBMParams",
+    "Params",
     "EnergyGap",
     "GibbsState",
     "CDTrace",
@@ -91,7 +91,7 @@ __all__ = [
 MAX_ENUMERATE = 24  # largest layer whose 2**n states we are willing to enumerate
 
 
-class RBMParams(NamedTuple):
+class Params(NamedTuple):
     r"""Parameters of a Bernoulli-Bernoulli RBM.
 
     .. math:: E(v, h) = -v^\top W h - b^\top v - c^\top h
@@ -157,9 +157,9 @@ class CDTrace(NamedTuple):
 _concrete = _validate.is_concrete
 
 
-def _check_params(params) -> RBMParams:
-    if not isinstance(params, RBMParams):
-        raise ValueError(f"params must be an RBMParams; got {type(params).__name__}")
+def _check_params(params) -> Params:
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be rbm.Params; got {type(params).__name__}")
     W, b, c = (jnp.asarray(a) for a in params)
     if W.ndim != 2:
         raise ValueError(f"params.W must have shape (n_visible, n_hidden); got {W.shape}")
@@ -172,7 +172,7 @@ def _check_params(params) -> RBMParams:
             raise ValueError(f"params.{name} must have a floating dtype; got {a.dtype}")
         if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
             raise ValueError(f"params.{name} must be finite")
-    return RBMParams(W, b, c)
+    return Params(W, b, c)
 
 
 def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Array:
@@ -207,7 +207,7 @@ def _check_int(value, name: str, low: int) -> int:
 
 
 def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01,
-                data=None, dtype=jnp.float64) -> RBMParams:
+                data=None, dtype=jnp.float64) -> Params:
     r"""Small random couplings :math:`W_{ij} \sim \mathcal N(0, \mathrm{scale}^2)`, :math:`c = 0`.
 
     With ``data`` (``(N, n_visible)`` binary) the visible biases start at the
@@ -228,14 +228,14 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01,
         data = _check_layer(data, n_visible, "data", dtype, binary=True)
         p = jnp.clip(jnp.mean(jnp.atleast_2d(data), axis=0), 1e-3, 1 - 1e-3)
         b = jnp.log(p) - jnp.log1p(-p)
-    return RBMParams(W, b, jnp.zeros(n_hidden, dtype))
+    return Params(W, b, jnp.zeros(n_hidden, dtype))
 
 
-def energy(params: RBMParams, v, h) -> Array:
+def energy(params: Params, v, h) -> Array:
     r"""Joint energy :math:`E(v, h) = -v^\top W h - b^\top v - c^\top h` (§23.1 of the notes).
 
     Args:
-      params: :class:`RBMParams`.
+      params: :class:`Params`.
       v: ``(n_visible,)`` or ``(N, n_visible)``; any real values (the energy
         is multilinear, so it extends to a continuous relaxation).
       h: ``(n_hidden,)`` or ``(N, n_hidden)``, same batch shape as ``v``.
@@ -271,7 +271,7 @@ def _free_energy_hidden(W, b, c, h):
     return -(h @ c) - jnp.sum(core.logsumexp(_visible_sim(W, b, h)), axis=-1)
 
 
-def free_energy(params: RBMParams, v) -> Array:
+def free_energy(params: Params, v) -> Array:
     r"""Free energy :math:`F(v) = -\ln \sum_h e^{-E(v,h)}`, one log-sum-exp per hidden unit.
 
     .. math::
@@ -284,7 +284,7 @@ def free_energy(params: RBMParams, v) -> Array:
     of the notes, and equals scikit-learn's ``BernoulliRBM._free_energy``.
 
     Args:
-      params: :class:`RBMParams`.
+      params: :class:`Params`.
       v: ``(n_visible,)`` or ``(n_samples, n_visible)``. A floating array may
         hold any finite real values (the continuous relaxation); an integer
         or boolean array is binary data, cast to ``params.W.dtype``, and must
@@ -298,7 +298,7 @@ def free_energy(params: RBMParams, v) -> Array:
     return _free_energy(W, b, c, v)
 
 
-def free_energy_hidden(params: RBMParams, h) -> Array:
+def free_energy_hidden(params: Params, h) -> Array:
     r"""The other marginal: :math:`F(h) = -\ln \sum_v e^{-E(v,h)} = -c^\top h - \sum_i \operatorname{softplus}(b_i + W_{i:} h)`.
 
     Each *visible* unit is now the child, with the two parents
@@ -311,7 +311,7 @@ def free_energy_hidden(params: RBMParams, h) -> Array:
     return _free_energy_hidden(W, b, c, _check_layer(h, W.shape[1], "h", W.dtype))
 
 
-def free_energy_grad_v(params: RBMParams, v) -> Array:
+def free_energy_grad_v(params: Params, v) -> Array:
     r""":math:`\partial F / \partial v = -b - W\,\sigma(c + W^\top v)`, the continuous relaxation.
 
     This is the child part of eq. (4) of Tschantz (2025): softmax weights
@@ -332,7 +332,7 @@ def free_energy_grad_v(params: RBMParams, v) -> Array:
     return -b - p @ W.T
 
 
-def free_energy_grad_params(params: RBMParams, v) -> RBMParams:
+def free_energy_grad_params(params: Params, v) -> Params:
     r"""Gradient of the *mean* free energy :math:`\bar F = \frac1N \sum_n F(v_n)` w.r.t. the parameters.
 
     .. math::
@@ -346,7 +346,7 @@ def free_energy_grad_params(params: RBMParams, v) -> RBMParams:
     samples the negative phase. A single ``v`` counts as ``N = 1``.
 
     Returns:
-      :class:`RBMParams` of the same shapes as ``params``.
+      :class:`Params` of the same shapes as ``params``.
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -356,10 +356,10 @@ def free_energy_grad_params(params: RBMParams, v) -> RBMParams:
 def _free_energy_grad_params(W, c, v):
     p = jax.nn.sigmoid(v @ W + c)
     n = v.shape[0]
-    return RBMParams(W=-(v.T @ p) / n, b=-jnp.mean(v, axis=0), c=-jnp.mean(p, axis=0))
+    return Params(W=-(v.T @ p) / n, b=-jnp.mean(v, axis=0), c=-jnp.mean(p, axis=0))
 
 
-def energy_gap(params: RBMParams, v, h) -> EnergyGap:
+def energy_gap(params: Params, v, h) -> EnergyGap:
     r"""Energy gaps :math:`\Delta E(u) = E(u{=}1) - E(u{=}0)` of every unit, the rest held fixed (§23.2).
 
     .. math::
@@ -391,7 +391,7 @@ def energy_gap(params: RBMParams, v, h) -> EnergyGap:
 # ---------------------------------------------------------------------------
 
 
-def hidden_probs(params: RBMParams, v) -> Array:
+def hidden_probs(params: Params, v) -> Array:
     r""":math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)` (§23.2, §23.8).
 
     Computed as the softmax weight of state 1 among hidden unit :math:`j`'s
@@ -409,7 +409,7 @@ def hidden_probs(params: RBMParams, v) -> Array:
     return core.weights(_hidden_sim(W, c, v))[..., 1]
 
 
-def visible_probs(params: RBMParams, h) -> Array:
+def visible_probs(params: Params, h) -> Array:
     r""":math:`P(v_i = 1 \mid h) = \sigma(b_i + W_{i:} h)`, the softmax weight of state 1 of visible unit :math:`i`.
 
     ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``; the result is ``(n_visible,)`` or
@@ -423,13 +423,13 @@ def _bernoulli(key, p):
     return jax.random.bernoulli(key, p).astype(p.dtype)
 
 
-def sample_hidden(params: RBMParams, v, *, key) -> Array:
+def sample_hidden(params: Params, v, *, key) -> Array:
     r"""Draw :math:`h \sim P(h \mid v) = \prod_j P(h_j \mid v)` (the sampling algorithm of §23.2)."""
     p = hidden_probs(params, v)
     return _bernoulli(key, p)
 
 
-def sample_visible(params: RBMParams, h, *, key) -> Array:
+def sample_visible(params: Params, h, *, key) -> Array:
     r"""Draw :math:`v \sim P(v \mid h) = \prod_i P(v_i \mid h)`."""
     p = visible_probs(params, h)
     return _bernoulli(key, p)
@@ -452,7 +452,7 @@ def _gibbs(W, b, c, v0, key, n_steps):
     return state
 
 
-def gibbs(params: RBMParams, v0, n_steps: int, *, key) -> GibbsState:
+def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
     r"""Run ``n_steps`` sweeps of block Gibbs sampling, :math:`h \sim P(h\mid v)` then :math:`v \sim P(v \mid h)` (§23.9).
 
     Every row of ``v0`` is an independent chain. Jitted; a ``lax.scan`` over
@@ -507,7 +507,7 @@ def _log_partition(W, b, c, n, side):
     return jax.nn.logsumexp(parts)
 
 
-def log_partition(params: RBMParams, *, over: str = "auto") -> Array:
+def log_partition(params: Params, *, over: str = "auto") -> Array:
     r"""Exact :math:`\ln Z = \ln \sum_{v,h} e^{-E(v,h)}` by enumerating one layer.
 
     ``over="visible"``: :math:`\ln \sum_v e^{-F(v)}` over :math:`2^{n_\text{visible}}` states;
@@ -531,7 +531,7 @@ def log_partition(params: RBMParams, *, over: str = "auto") -> Array:
     return _log_partition(W, b, c, n, over)
 
 
-def log_likelihood(params: RBMParams, v, *, log_z=None) -> Array:
+def log_likelihood(params: Params, v, *, log_z=None) -> Array:
     r"""Exact :math:`\ln q(v) = -F(v) - \ln Z` per sample (:math:`-L` of §23.4).
 
     Args:
@@ -557,7 +557,7 @@ def log_likelihood(params: RBMParams, v, *, log_z=None) -> Array:
     return free_energy(params, v) * -1.0 - log_z
 
 
-def log_likelihood_grad(params: RBMParams, v) -> RBMParams:
+def log_likelihood_grad(params: Params, v) -> Params:
     r"""Exact gradient of the mean log-likelihood (§23.5–23.7): positive minus negative phase.
 
     .. math::
@@ -570,7 +570,7 @@ def log_likelihood_grad(params: RBMParams, v) -> RBMParams:
     gradient is the negative of this.) For small RBMs only.
 
     Args:
-      params: :class:`RBMParams`.
+      params: :class:`Params`.
       v: ``(n_visible,)`` or ``(N, n_visible)`` binary data (float, integer
         or boolean 0/1; other values raise ``ValueError``).
     """
@@ -579,12 +579,12 @@ def log_likelihood_grad(params: RBMParams, v) -> RBMParams:
     states = binary_states(W.shape[0], W.dtype)
     q = jax.nn.softmax(-_free_energy(W, b, c, states))
     p = jax.nn.sigmoid(states @ W + c)
-    model = RBMParams(W=-(states.T * q) @ p, b=-(q @ states), c=-(q @ p))
+    model = Params(W=-(states.T * q) @ p, b=-(q @ states), c=-(q @ p))
     data = _free_energy_grad_params(W, c, v)
     return jax.tree_util.tree_map(lambda m, d: m - d, model, data)
 
 
-def gibbs_transition_matrix(params: RBMParams) -> Array:
+def gibbs_transition_matrix(params: Params) -> Array:
     r"""The one-sweep block-Gibbs kernel on visible states, :math:`T[v, v'] = \sum_h P(h \mid v) P(v' \mid h)`.
 
     Rows and columns index :func:`binary_states` ``(n_visible)``; rows sum to
@@ -608,7 +608,7 @@ def gibbs_transition_matrix(params: RBMParams) -> Array:
     return p_h_given_v @ p_v_given_h
 
 
-def expected_cd_gradient(params: RBMParams, v, k: int) -> RBMParams:
+def expected_cd_gradient(params: Params, v, k: int) -> Params:
     r"""The CD-k gradient averaged over infinitely many chains, computed exactly (small RBMs).
 
     .. math::
@@ -629,7 +629,7 @@ def expected_cd_gradient(params: RBMParams, v, k: int) -> RBMParams:
     dist = jnp.zeros(states.shape[0], W.dtype).at[index].add(1.0 / v.shape[0])
     dist = jax.lax.fori_loop(0, k, lambda _, d: d @ T, dist)
     p = jax.nn.sigmoid(states @ W + c)
-    model = RBMParams(W=-(states.T * dist) @ p, b=-(dist @ states), c=-(dist @ p))
+    model = Params(W=-(states.T * dist) @ p, b=-(dist @ states), c=-(dist @ p))
     data = _free_energy_grad_params(W, c, v)
     return jax.tree_util.tree_map(lambda m, d: m - d, model, data)
 
@@ -653,7 +653,7 @@ def _cd_gradient(W, b, c, v, key, k):
 _cd_gradient_jit = jax.jit(_cd_gradient, static_argnames=("k",))
 
 
-def cd_gradient(params: RBMParams, v, k: int = 1, *, key) -> RBMParams:
+def cd_gradient(params: Params, v, k: int = 1, *, key) -> Params:
     r"""CD-k estimate of the log-likelihood gradient (ascent direction), §23.8.
 
     Positive phase: clamp the data and use :math:`P(h = 1 \mid v)`; negative
@@ -673,7 +673,7 @@ def cd_gradient(params: RBMParams, v, k: int = 1, *, key) -> RBMParams:
       key: a ``jax.random`` key.
 
     Returns:
-      :class:`RBMParams`, an estimate of :func:`log_likelihood_grad`.
+      :class:`Params`, an estimate of :func:`log_likelihood_grad`.
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
@@ -707,8 +707,8 @@ def _fit(params, data, key, learning_rate, n_epochs, batch_size, k, monitor=True
     return params, CDTrace(reconstruction_error=err, free_energy=fe)
 
 
-def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 32,
-        learning_rate: float = 0.05, k: int = 1, monitor: bool = True) -> tuple[RBMParams, CDTrace]:
+def fit(params: Params, data, *, key, n_epochs: int = 10, batch_size: int = 32,
+        learning_rate: float = 0.05, k: int = 1, monitor: bool = True) -> tuple[Params, CDTrace]:
     r"""Train by CD-k with plain stochastic gradient ascent, :math:`\theta \leftarrow \theta + \eta \hat g_k` (§23.8).
 
     Each epoch shuffles the data, splits it into ``N // batch_size``
@@ -717,7 +717,7 @@ def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 3
     and minibatches.
 
     Args:
-      params: initial :class:`RBMParams` (e.g. from :func:`init_params`).
+      params: initial :class:`Params` (e.g. from :func:`init_params`).
       data: ``(N, n_visible)`` binary.
       key: a ``jax.random`` key (shuffling and Gibbs sampling).
       n_epochs, batch_size, k: integers ``>= 1``; ``batch_size <= N``.
@@ -749,7 +749,7 @@ def fit(params: RBMParams, data, *, key, n_epochs: int = 10, batch_size: int = 3
         raise ValueError(f"learning_rate must be finite and > 0; got {learning_rate!r}")
     if not isinstance(monitor, (bool, np.bool_)):
         raise ValueError(f"monitor must be a bool; got {monitor!r}")
-    out = _fit(RBMParams(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
+    out = _fit(Params(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
                n_epochs, batch_size, k, bool(monitor))
     _validate.require_finite("rbm.fit", out, steps=out[1].free_energy if monitor else None,
                         hint="lower learning_rate")

@@ -82,13 +82,13 @@ def _core(key):
 
 def _gmm(key):
     K, d = 3, 2
-    return dict(params=gmm.GMMParams(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d)), _spd(key, 1, K, d)),
+    return dict(params=gmm.Params(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d)), _spd(key, 1, K, d)),
                 x=_n(key, 2, (5, d)))
 
 
 def _slds(key):
     K, d = 2, 2
-    return dict(params=slds.SLDSParams(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d, d), 0.5), _n(key, 1, (K, d), 0.1),
+    return dict(params=slds.Params(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d, d), 0.5), _n(key, 1, (K, d), 0.1),
                                        _spd(key, 2, K, d)),
                 x=_n(key, 3, (6, d)))
 
@@ -106,7 +106,7 @@ def _hopfield(key):
 
 
 def _slot(key):
-    return dict(params=slot_attention.SlotParams(_n(key, 0, (2, 3), 0.5), _n(key, 1, (2, 2), 0.5)),
+    return dict(params=slot_attention.Params(_n(key, 0, (2, 3), 0.5), _n(key, 1, (2, 2), 0.5)),
                 x=_n(key, 2, (5, 3)), mu=_n(key, 3, (3, 2)))
 
 
@@ -124,7 +124,7 @@ def _expanding(key):
 
 def _rbm(key):
     v = (jax.random.uniform(jax.random.fold_in(key, 1), (3,)) < 0.5).astype(jnp.result_type(float))
-    return dict(params=rbm.RBMParams(W=_n(key, 0, (3, 2), 0.5), b=_n(key, 2, (3,), 0.1), c=_n(key, 3, (2,), 0.1)), v=v)
+    return dict(params=rbm.Params(W=_n(key, 0, (3, 2), 0.5), b=_n(key, 2, (3,), 0.1), c=_n(key, 3, (2,), 0.1)), v=v)
 
 
 def _diffusion(key):

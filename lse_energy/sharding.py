@@ -154,7 +154,7 @@ def _check_x(x, d=None) -> Array:
     return x
 
 
-def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 0.0) -> gmm.GMMParams:
+def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0) -> gmm.Params:
     r"""One EM step of :func:`lse_energy.gmm.em_step` with the data points sharded over ``mesh``.
 
     Each device computes the E-step and the sufficient statistics of its rows
@@ -163,7 +163,7 @@ def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 
     (:func:`lse_energy.gmm.m_step`). The result is replicated.
 
     Args:
-      params: :class:`lse_energy.gmm.GMMParams`.
+      params: :class:`lse_energy.gmm.Params`.
       x: ``(N, d)`` floating point (an integer or boolean array raises
         ``ValueError``) and finite; any ``N`` (rows are zero-padded to a
         multiple of the device count and masked out).
@@ -171,7 +171,7 @@ def sharded_em_step(params: gmm.GMMParams, x, mesh: Mesh, *, reg_covar: float = 
       reg_covar: as in :func:`lse_energy.gmm.em_step`.
 
     Returns:
-      The updated :class:`~lse_energy.gmm.GMMParams`, equal to
+      The updated :class:`~lse_energy.gmm.Params`, equal to
       ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order.
     """
     params = gmm.check_params(params)
@@ -186,7 +186,7 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
                 reg_covar: float = 1e-6):
     r""":func:`lse_energy.gmm.fit` with the data points sharded over ``mesh``.
 
-    Same initialisation (:func:`lse_energy.gmm.initialize` with ``key``), the
+    Same initialisation (:func:`lse_energy.gmm.init_params` with ``key``), the
     same EM loop (:func:`lse_energy.gmm.em`, here with a sharded pass over the
     rows: one ``psum`` per iteration), hence the same stopping rule and energy
     trace.
@@ -206,7 +206,7 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
         being positive definite (naming the component and the iteration).
     """
     x = _check_x(x)
-    params = gmm.initialize(x, n_components, key=key, reg_covar=reg_covar)
+    params = gmm.init_params(x, n_components, key=key, reg_covar=reg_covar)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
     shift = _shift(xs, valid, N, mesh)

@@ -51,7 +51,7 @@ from lse_energy import _progress, _validate, core
 Array = jax.Array
 
 __all__ = [
-    "SLDSParams",
+    "Params",
     "FitResult",
     "residuals",
     "sim",
@@ -75,7 +75,7 @@ __all__ = [
 ]
 
 
-class SLDSParams(NamedTuple):
+class Params(NamedTuple):
     r"""Parameters of :math:`K` linear dynamical modes in :math:`\mathbb{R}^d`.
 
     Mode :math:`k` proposes :math:`x_{t+1} \sim \mathcal{N}(A_k x_t + b_k, \Sigma_k)`
@@ -99,13 +99,13 @@ class FitResult(NamedTuple):
     r"""Output of :func:`fit`; unpacks as ``params, trace = fit(...)``.
 
     Attributes:
-      params: the fitted :class:`SLDSParams`.
+      params: the fitted :class:`Params`.
       trace: ``(n_iter + 1,)`` the objective (:func:`objective`) at the initial
         parameters and after every EM step. With ``reg_covar=0`` it is the
         energy (17) itself. EM guarantees it never increases.
     """
 
-    params: SLDSParams
+    params: Params
     trace: Array
 
 
@@ -128,9 +128,9 @@ def _check_x(x, name: str = "x") -> Array:
     return _validate.float_array(name, x)
 
 
-def _check_params(params, d: int | None = None) -> SLDSParams:
-    if not isinstance(params, SLDSParams):
-        raise ValueError(f"params must be an SLDSParams; got {type(params).__name__}")
+def _check_params(params, d: int | None = None) -> Params:
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be slds.Params; got {type(params).__name__}")
     w, A, b, S = (jnp.asarray(v) for v in params)
     if w.ndim != 1 or w.shape[0] < 1:
         raise ValueError(f"params.weights must have shape (K,) with K >= 1; got {w.shape}")
@@ -160,7 +160,7 @@ def _check_params(params, d: int | None = None) -> SLDSParams:
             raise ValueError("params.covariances must be symmetric")
         if np.any(np.linalg.eigvalsh(Sn) <= 0):
             raise ValueError("params.covariances must be positive definite")
-    return SLDSParams(w, A, b, S)
+    return Params(w, A, b, S)
 
 
 
@@ -174,19 +174,19 @@ def _check_params(params, d: int | None = None) -> SLDSParams:
 # ---------------------------------------------------------------------------
 
 
-def _residuals(params: SLDSParams, x: Array) -> Array:
+def _residuals(params: Params, x: Array) -> Array:
     pred = jnp.einsum("kij,tj->tki", params.A, x[:-1]) + params.b[None]
     return x[1:, None, :] - pred
 
 
-def _precision_times(params: SLDSParams, v: Array) -> Array:
+def _precision_times(params: Params, v: Array) -> Array:
     """:math:`\\Sigma_k^{-1} v_{t,k}` for ``v: (T-1, K, d)`` via Cholesky solves."""
     L = jnp.linalg.cholesky(params.covariances)
     solve = jax.vmap(lambda Lk, vk: jax.scipy.linalg.cho_solve((Lk, True), vk.T).T, in_axes=(0, 1), out_axes=1)
     return solve(L, v)
 
 
-def _sim(params: SLDSParams, x: Array, normalised: bool) -> Array:
+def _sim(params: Params, x: Array, normalised: bool) -> Array:
     r = _residuals(params, x)
     quad = jnp.einsum("tki,tki->tk", r, _precision_times(params, r))
     s = jnp.log(params.weights)[None, :] - 0.5 * quad
@@ -198,11 +198,11 @@ def _sim(params: SLDSParams, x: Array, normalised: bool) -> Array:
     return s
 
 
-def residuals(params: SLDSParams, x) -> Array:
+def residuals(params: Params, x) -> Array:
     r"""Residuals :math:`r_{t,k} = x_{t+1} - A_k x_t - b_k`.
 
     Args:
-      params: :class:`SLDSParams` with ``K`` modes in ``d`` dimensions.
+      params: :class:`Params` with ``K`` modes in ``d`` dimensions.
       x: ``(T, d)`` trajectory.
 
     Returns:
@@ -213,7 +213,7 @@ def residuals(params: SLDSParams, x) -> Array:
     return _residuals(params, x)
 
 
-def sim(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def sim(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Similarities :math:`\mathrm{sim}_{t,k}` of child :math:`x_{t+1}` to mode :math:`k` at :math:`x_t`.
 
     .. math::
@@ -226,7 +226,7 @@ def sim(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     ``normalised=False``, which is the form printed in §7 of the seed.
 
     Args:
-      params: :class:`SLDSParams`.
+      params: :class:`Params`.
       x: ``(T, d)`` trajectory.
       normalised: include :math:`-\tfrac12 \ln|2\pi\Sigma_k|`.
 
@@ -238,7 +238,7 @@ def sim(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     return _sim(params, x, normalised)
 
 
-def energy(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def energy(params: Params, x, *, normalised: bool = True) -> Array:
     r"""The SLDS energy, eq. (17): :math:`E = -\sum_{t=1}^{T-1} \ln \sum_k \exp \mathrm{sim}_{t,k}`.
 
     With ``normalised=True`` this equals the negative conditional log-likelihood
@@ -247,7 +247,7 @@ def energy(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     (which is :math:`\ge 0` and tends to 0 as every :math:`\Sigma_k \to \infty`).
 
     Args:
-      params: :class:`SLDSParams`.
+      params: :class:`Params`.
       x: ``(T, d)`` trajectory.
       normalised: see :func:`sim`.
 
@@ -257,7 +257,7 @@ def energy(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     return core.energy(sim(params, x, normalised=normalised))
 
 
-def responsibilities(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def responsibilities(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Mode posteriors :math:`\alpha_{t,k} = \mathrm{softmax}_k\, \mathrm{sim}_{t,k}` (§7).
 
     Returns:
@@ -277,7 +277,7 @@ def _alpha_and_scaled_residual(params, x, normalised):
     return alpha, _precision_times(params, r)  # (T-1, K), (T-1, K, d)
 
 
-def grad_next(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def grad_next(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Child part of eq. (4): :math:`\partial E / \partial x_{t+1}` through term :math:`t`.
 
     .. math::
@@ -293,7 +293,7 @@ def grad_next(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     :math:`\alpha` unless all :math:`|\Sigma_k|` are equal.
 
     Args:
-      params: :class:`SLDSParams`.
+      params: :class:`Params`.
       x: ``(T, d)``.
       normalised: see :func:`sim`.
 
@@ -307,7 +307,7 @@ def grad_next(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     return jnp.einsum("tk,tki->ti", alpha, u)
 
 
-def grad_prev(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def grad_prev(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Parent part of eq. (4): :math:`\partial E / \partial x_t` through term :math:`t`.
 
     .. math::
@@ -331,7 +331,7 @@ def grad_prev(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
 
 
-def grad_trajectory(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def grad_trajectory(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Full :math:`\partial E / \partial x_t` for every state: eq. (4) with both roles.
 
     An interior state is the child of term :math:`t-1` and a parent in term
@@ -358,7 +358,7 @@ def grad_trajectory(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     return jnp.concatenate([zero, child]) + jnp.concatenate([parent, zero])
 
 
-def grad_A(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def grad_A(params: Params, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial A_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k} x_t^\top` (§7, sign as printed).
 
     Returns:
@@ -370,7 +370,7 @@ def grad_A(params: SLDSParams, x, *, normalised: bool = True) -> Array:
     return -jnp.einsum("tk,tki,tj->kij", alpha, u, x[:-1])
 
 
-def grad_b(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def grad_b(params: Params, x, *, normalised: bool = True) -> Array:
     r""":math:`\partial E / \partial b_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k}` (§7 and Appendix B, sign as printed).
 
     Returns:
@@ -387,7 +387,7 @@ def grad_b(params: SLDSParams, x, *, normalised: bool = True) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def covariance_penalty(params: SLDSParams, reg_covar: float) -> Array:
+def covariance_penalty(params: Params, reg_covar: float) -> Array:
     r"""The term :math:`\tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}` with :math:`\lambda` = ``reg_covar``."""
     params = _check_params(params)
     _validate.nonnegative("reg_covar", reg_covar)
@@ -400,7 +400,7 @@ def _penalty(params, reg_covar):
     return 0.5 * reg_covar * jnp.sum(jnp.trace(inv, axis1=-2, axis2=-1))
 
 
-def objective(params: SLDSParams, x, *, reg_covar: float = 0.0) -> Array:
+def objective(params: Params, x, *, reg_covar: float = 0.0) -> Array:
     r"""What EM decreases: :math:`E + \tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}`.
 
     :math:`E` is the normalised energy (17). The penalty, weighted by
@@ -427,10 +427,10 @@ def _m_step(x, resp, reg_covar):
     S = jnp.einsum("tk,tki,tkj->kij", resp, r, r)
     cov = (S + reg_covar * jnp.eye(d, dtype=S.dtype)) / nk[:, None, None]
     cov = 0.5 * (cov + jnp.swapaxes(cov, -1, -2))
-    return SLDSParams(nk / jnp.sum(nk), A, b, cov)
+    return Params(nk / jnp.sum(nk), A, b, cov)
 
 
-def m_step(x, resp, *, reg_covar: float = 0.0) -> SLDSParams:
+def m_step(x, resp, *, reg_covar: float = 0.0) -> Params:
     r"""Closed-form M-step given responsibilities :math:`\alpha_{t,k}`.
 
     With :math:`z_t = [x_t; 1]`, :math:`N_k = \sum_t \alpha_{t,k}` and
@@ -457,7 +457,7 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> SLDSParams:
       reg_covar: :math:`\lambda \ge 0`.
 
     Returns:
-      :class:`SLDSParams`.
+      :class:`Params`.
     """
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
@@ -480,7 +480,7 @@ def _em_step(params, x, reg_covar):
     return _m_step(x, resp, reg_covar)
 
 
-def em_step(params: SLDSParams, x, *, reg_covar: float = 0.0) -> SLDSParams:
+def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
     r"""One EM step on the normalised energy: E-step :math:`\alpha = \mathrm{softmax}_k\,\mathrm{sim}`, then :func:`m_step`.
 
     The result never has a larger :func:`objective` than ``params``.
@@ -508,10 +508,10 @@ def _init_one(key, x, n_components, reg_covar):
     scale = jnp.mean(best) / d + reg_covar / T1
     cov = jnp.broadcast_to(scale * jnp.eye(d, dtype=x.dtype), (n_components, d, d))
     w = jnp.full((n_components,), 1.0 / n_components, x.dtype)
-    return SLDSParams(w, p.A, p.b, cov)
+    return Params(w, p.A, p.b, cov)
 
 
-def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> SLDSParams:
+def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params:
     r"""Local-regression initialisation.
 
     ``n_components`` anchor transitions are drawn at random (from ``key``);
@@ -635,16 +635,16 @@ def fit(
     return FitResult(chosen, traces[best, : ns[best] + 1])
 
 
-def predict(params: SLDSParams, x, *, normalised: bool = True) -> Array:
+def predict(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Most probable mode of every transition, :math:`\arg\max_k \alpha_{t,k}`; ``(T-1,)`` ints."""
     return jnp.argmax(responsibilities(params, x, normalised=normalised), axis=1)
 
 
-def sample(params: SLDSParams, x0, n_steps: int, *, key):
+def sample(params: Params, x0, n_steps: int, *, key):
     r"""Draw a trajectory with i.i.d. modes :math:`z_t \sim \pi`, :math:`x_{t+1} \sim \mathcal{N}(A_{z_t} x_t + b_{z_t}, \Sigma_{z_t})`.
 
     Args:
-      params: :class:`SLDSParams`.
+      params: :class:`Params`.
       x0: ``(d,)`` initial state.
       n_steps: number of transitions ``>= 1``.
       key: ``jax.random`` key (keyword-only).
@@ -700,7 +700,7 @@ def _missing_mask(missing, T):
     return mask
 
 
-def smoothness_bound(params: SLDSParams, *, adjacent: bool = False) -> Array:
+def smoothness_bound(params: Params, *, adjacent: bool = False) -> Array:
     r"""An upper bound :math:`L` on the Hessian of :math:`E` w.r.t. the missing states.
 
     With :math:`\lambda_* = \max_k \lambda_{\max}(\Sigma_k^{-1})` and
@@ -738,7 +738,7 @@ def _impute_body(params, x, mask, step, n_steps, normalised):
 _impute = jax.jit(_impute_body, static_argnames=("n_steps", "normalised"))
 
 
-def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None, normalised: bool = True):
+def impute(params: Params, x, missing, *, n_steps: int = 200, step_size=None, normalised: bool = True):
     r"""Fill in missing states by gradient descent on :math:`E` w.r.t. those states.
 
     The states are nodes of the energy graph like any other: the update is
@@ -748,7 +748,7 @@ def impute(params: SLDSParams, x, missing, *, n_steps: int = 200, step_size=None
     missing steps are the starting point.
 
     Args:
-      params: :class:`SLDSParams`.
+      params: :class:`Params`.
       x: ``(T, d)`` trajectory with initial guesses at the missing steps.
       missing: integer indices or a ``(T,)`` boolean mask.
       n_steps: number of descent steps (``>= 1``).

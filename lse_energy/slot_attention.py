@@ -53,7 +53,7 @@ from lse_energy import _progress, _validate, core
 Array = jax.Array
 
 __all__ = [
-    "SlotParams",
+    "Params",
     "similarity",
     "attention",
     "energy",
@@ -80,7 +80,7 @@ __all__ = [
 ]
 
 
-class SlotParams(NamedTuple):
+class Params(NamedTuple):
     r"""Key and query maps of slot attention.
 
     .. math:: \mathrm{sim}(x_j, \mu_i) = (W_K x_j)^\top (W_Q \mu_i) = x_j^\top W_K^\top W_Q\, \mu_i
@@ -109,9 +109,9 @@ _concrete = _validate.is_concrete
 
 
 def _check(params, x, mu, a=None):
-    if not isinstance(params, SlotParams):
-        raise ValueError(f"params must be a SlotParams; got {type(params).__name__}")
-    w_k, w_q = (_validate.array(f"params.{f}", getattr(params, f), 2) for f in SlotParams._fields)
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be slot_attention.Params; got {type(params).__name__}")
+    w_k, w_q = (_validate.array(f"params.{f}", getattr(params, f), 2) for f in Params._fields)
     x, mu = _validate.array("x", x, 2), _validate.array("mu", mu, 2)
     if w_k.shape[0] != w_q.shape[0]:
         raise ValueError(
@@ -126,7 +126,7 @@ def _check(params, x, mu, a=None):
         raise ValueError("x must hold at least one token (N >= 1)")
     if mu.shape[0] < 1:
         raise ValueError("mu must hold at least one slot (S >= 1)")
-    params = SlotParams(w_k, w_q)
+    params = Params(w_k, w_q)
     if a is None:
         return params, x, mu
     a = _validate.array("a", a, 2)
@@ -148,11 +148,11 @@ def _sim(params, x, mu):
     return (x @ params.w_k.T) @ (mu @ params.w_q.T).T
 
 
-def similarity(params: SlotParams, x, mu) -> Array:
+def similarity(params: Params, x, mu) -> Array:
     r"""Similarities :math:`s_{ji} = (W_K x_j)^\top (W_Q \mu_i)` (§5).
 
     Args:
-      params: :class:`SlotParams`, ``w_k: (D, d_x)``, ``w_q: (D, d_mu)``.
+      params: :class:`Params`, ``w_k: (D, d_x)``, ``w_q: (D, d_mu)``.
       x: ``(N, d_x)`` tokens (children), ``N >= 1``.
       mu: ``(S, d_mu)`` slots (parents), ``S >= 1``. All three are floating
         point and finite: an integer or boolean array raises ``ValueError``
@@ -165,7 +165,7 @@ def similarity(params: SlotParams, x, mu) -> Array:
     return _sim(params, x, mu)
 
 
-def attention(params: SlotParams, x, mu) -> Array:
+def attention(params: Params, x, mu) -> Array:
     r"""Attention :math:`A_{ji} = \mathrm{softmax}_i\, s_{ji}`, normalised over slots.
 
     This is ``core.weights`` with tokens as children and slots as parents: each row
@@ -178,7 +178,7 @@ def attention(params: SlotParams, x, mu) -> Array:
     return core.weights(_sim(params, x, mu))
 
 
-def energy(params: SlotParams, x, mu) -> Array:
+def energy(params: Params, x, mu) -> Array:
     r"""Slot-attention energy, eq. (12): :math:`-\sum_j \ln \sum_i \exp s_{ji}`.
 
     Built on ``core.energy`` with children = tokens and parents = slots. Note that it
@@ -187,7 +187,7 @@ def energy(params: SlotParams, x, mu) -> Array:
     \infty` sends it to :math:`-\infty` whenever :math:`\sum_j \max_i s_{ji} > 0`.
 
     Args:
-      params: :class:`SlotParams`.
+      params: :class:`Params`.
       x: ``(N, d_x)`` tokens.
       mu: ``(S, d_mu)`` slots.
 
@@ -198,7 +198,7 @@ def energy(params: SlotParams, x, mu) -> Array:
     return core.energy(_sim(params, x, mu))
 
 
-def free_energy(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
+def free_energy(params: Params, x, mu, lam: float = 1.0) -> Array:
     r"""Eq. (12) plus a quadratic node potential on the slots.
 
     .. math:: F_\lambda = E^{\rm Slot} + \frac{\lambda}{2}\sum_i \|\mu_i\|^2
@@ -223,7 +223,7 @@ def free_energy(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def grad_x(params: SlotParams, x, mu) -> Array:
+def grad_x(params: Params, x, mu) -> Array:
     r""":math:`\partial E / \partial x_j`, eq. (13) of Tschantz (2025) with its sign.
 
     .. math:: -\frac{\partial E}{\partial x_j} = \sum_i A_{ji}\, W_K^\top W_Q \mu_i
@@ -238,7 +238,7 @@ def grad_x(params: SlotParams, x, mu) -> Array:
     return -(a @ (mu @ params.w_q.T)) @ params.w_k
 
 
-def grad_mu(params: SlotParams, x, mu) -> Array:
+def grad_mu(params: Params, x, mu) -> Array:
     r""":math:`\partial E / \partial \mu_i`, eq. (14) of Tschantz (2025) with its sign.
 
     .. math:: -\frac{\partial E}{\partial \mu_i} = \sum_j A_{ji}\, W_Q^\top W_K x_j
@@ -254,7 +254,7 @@ def grad_mu(params: SlotParams, x, mu) -> Array:
     return -(a.T @ (x @ params.w_k.T)) @ params.w_q
 
 
-def grad_w_k(params: SlotParams, x, mu) -> Array:
+def grad_w_k(params: Params, x, mu) -> Array:
     r""":math:`\partial E / \partial W_K` of eq. (12) (derived here; §9 only sets it to zero).
 
     .. math:: -\frac{\partial E}{\partial W_K} = \sum_{j,i} A_{ji}\, (W_Q \mu_i)\, x_j^\top
@@ -268,7 +268,7 @@ def grad_w_k(params: SlotParams, x, mu) -> Array:
     return -params.w_q @ (mu.T @ a.T @ x)
 
 
-def grad_w_q(params: SlotParams, x, mu) -> Array:
+def grad_w_q(params: Params, x, mu) -> Array:
     r""":math:`\partial E / \partial W_Q` of eq. (12) (derived here; §9 only sets it to zero).
 
     .. math:: -\frac{\partial E}{\partial W_Q} = \sum_{j,i} A_{ji}\, (W_K x_j)\, \mu_i^\top
@@ -282,7 +282,7 @@ def grad_w_q(params: SlotParams, x, mu) -> Array:
     return -params.w_k @ (x.T @ a @ mu)
 
 
-def grad_free_energy_mu(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
+def grad_free_energy_mu(params: Params, x, mu, lam: float = 1.0) -> Array:
     r""":math:`\partial F_\lambda/\partial \mu_i = \lambda \mu_i + \partial E/\partial\mu_i` (eq. 14 plus the node potential).
 
     Returns:
@@ -306,7 +306,7 @@ def _free(params, x, mu, lam):
     return core.energy(_sim(params, x, mu)) + 0.5 * lam * jnp.sum(mu**2)
 
 
-def gradient_step(params: SlotParams, x, mu, *, step: float, lam: float = 0.0) -> Array:
+def gradient_step(params: Params, x, mu, *, step: float, lam: float = 0.0) -> Array:
     r"""One gradient-descent step on :math:`F_\lambda` (eq. 14 plus :math:`\lambda\mu`).
 
     .. math:: \mu_i \leftarrow \mu_i - \eta\,\bigl(\lambda\mu_i + \partial E/\partial \mu_i\bigr)
@@ -325,7 +325,7 @@ def gradient_step(params: SlotParams, x, mu, *, step: float, lam: float = 0.0) -
     return mu - step * (lam * mu + _grad_mu(params, x, mu))
 
 
-def cccp_step(params: SlotParams, x, mu, lam: float = 1.0) -> Array:
+def cccp_step(params: Params, x, mu, lam: float = 1.0) -> Array:
     r"""The CCCP fixed-point update of Singh & Buckley (2023, §4.3, their eq. 8).
 
     .. math:: \mu_i^* = \frac{1}{\lambda}\sum_j \mathrm{softmax}_i\!\bigl(x_j^\top W_K^\top W_Q \mu_i\bigr)\, W_Q^\top W_K x_j
@@ -357,7 +357,7 @@ def _e_step(params, x, mu, lam, step, n_steps, method):
     return mu_out, jnp.concatenate([_free(params, x, mu, lam)[None], trace])
 
 
-def e_step(params: SlotParams, x, mu, *, n_steps: int, method: str = "cccp",
+def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp",
            lam: float = 1.0, step: float | None = None):
     r"""Run ``n_steps`` slot updates with the maps fixed (the E-step of §9).
 
@@ -403,7 +403,7 @@ def _surrogate(params, x, mu, a):
     return jnp.sum(a * d2)
 
 
-def surrogate(params: SlotParams, x, mu, a) -> Array:
+def surrogate(params: Params, x, mu, a) -> Array:
     r"""The weighted least-squares objective of §9 (not eq. 12).
 
     .. math:: L(W_K, W_Q) = \sum_{j,i} A_{ji}\, \|W_K x_j - W_Q \mu_i\|^2
@@ -433,7 +433,7 @@ def _m_w_k(params, x, mu, a):
     return params.w_q @ c_mx @ jnp.linalg.pinv(c_xx, hermitian=True)
 
 
-def m_step_w_q(params: SlotParams, x, mu, a) -> Array:
+def m_step_w_q(params: Params, x, mu, a) -> Array:
     r"""Closed-form :math:`W_Q` of §9, :math:`\arg\min_{W_Q} L` with :math:`W_K` fixed.
 
     .. math:: W_Q = \Bigl(\sum_{j,i} A_{ji}\, W_K x_j \mu_i^\top\Bigr)
@@ -452,7 +452,7 @@ def m_step_w_q(params: SlotParams, x, mu, a) -> Array:
     return _m_w_q(params, x, mu, a)
 
 
-def m_step_w_k(params: SlotParams, x, mu, a) -> Array:
+def m_step_w_k(params: Params, x, mu, a) -> Array:
     r"""Closed-form :math:`W_K` of §9, :math:`\arg\min_{W_K} L` with :math:`W_Q` fixed.
 
     .. math:: W_K = \Bigl(\sum_{j,i} A_{ji}\, W_Q \mu_i x_j^\top\Bigr)
@@ -473,7 +473,7 @@ def _procrustes(params, x, mu, a, prox):
     return u @ vt
 
 
-def procrustes_w_q(params: SlotParams, x, mu, a, *, prox: float = 0.0) -> Array:
+def procrustes_w_q(params: Params, x, mu, a, *, prox: float = 0.0) -> Array:
     r"""Proximal orthogonal-Procrustes :math:`W_Q` (:math:`W_Q^\top W_Q = I`), :math:`W_K` fixed.
 
     .. math:: W_Q^{\rm new} = \arg\min_{W^\top W = I}\;
@@ -532,7 +532,7 @@ def _alternate(params, x, mu, a, n_steps):
     return out, tr
 
 
-def unconstrained_m_steps(params: SlotParams, x, mu, a, *, n_steps: int):
+def unconstrained_m_steps(params: Params, x, mu, a, *, n_steps: int):
     r"""Alternate the two §9 closed forms (:math:`W_Q`, then :math:`W_K`) at fixed :math:`A, \mu`.
 
     This is block-coordinate descent on :func:`surrogate`, so :math:`L` never
@@ -598,7 +598,7 @@ def _fit(params, x, mu, lam, prox, n_steps, n_e_steps, m_step, report_every=0):
     return p, m, FitTrace(*out)
 
 
-def fit(params: SlotParams, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float = 1.0,
+def fit(params: Params, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float = 1.0,
         m_step: str = "procrustes", prox: float = 1e-3, progress: bool = False):
     r"""EM for slot attention with :math:`W_K` held fixed (the fix of the §9 collapse).
 

@@ -21,7 +21,7 @@ def _normal(key, shape, scale=1.0):
 
 def _cross_setup(seed, nq=4, nk=6, d=3, din=5):
     ks = jax.random.split(jax.random.key(seed), 5)
-    params = A.AttentionParams(wq=_normal(ks[0], (d, din), 0.6), wk=_normal(ks[1], (d, din), 0.6))
+    params = A.Params(wq=_normal(ks[0], (d, din), 0.6), wk=_normal(ks[1], (d, din), 0.6))
     xq = _normal(ks[2], (nq, din))
     xk = _normal(ks[3], (nk, din))
     mask = jax.random.bernoulli(ks[4], 0.6, (nq, nk)).at[:, 0].set(True)
@@ -103,7 +103,7 @@ def test_cross_batched_equals_loop():
 
 def _self_setup(seed, n=5, d=4, dk=3):
     ks = jax.random.split(jax.random.key(10 + seed), 3)
-    params = A.AttentionParams(wq=_normal(ks[0], (dk, d), 0.7), wk=_normal(ks[1], (dk, d), 0.7))
+    params = A.Params(wq=_normal(ks[0], (dk, d), 0.7), wk=_normal(ks[1], (dk, d), 0.7))
     x = _normal(ks[2], (n, d))
     return params, x
 
@@ -376,7 +376,7 @@ def test_cccp_normalisation_rows_vs_columns():
 
 def test_validation_errors():
     q, k, v = jnp.ones((3, 2)), jnp.ones((4, 2)), jnp.ones((4, 5))
-    params = A.AttentionParams(wq=jnp.ones((2, 3)), wk=jnp.ones((2, 3)))
+    params = A.Params(wq=jnp.ones((2, 3)), wk=jnp.ones((2, 3)))
     with pytest.raises(ValueError, match="beta"):
         A.cross_energy(q, k, beta=0.0)
     with pytest.raises(ValueError, match="beta"):

@@ -35,7 +35,7 @@ def random_params(seed, K=3, d=2):
     A = rng.normal(size=(K, d, d))
     cov = A @ np.swapaxes(A, 1, 2) + 0.5 * np.eye(d)
     w = rng.uniform(0.5, 1.5, size=K)
-    return gmm.GMMParams(
+    return gmm.Params(
         weights=jnp.asarray(w / w.sum()),
         means=jnp.asarray(rng.normal(scale=2.0, size=(K, d))),
         covariances=jnp.asarray(cov),
@@ -134,7 +134,7 @@ def test_seed_energy_unequal_covariances_changes_responsibilities(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_em_never_increases_energy(seed):
     x = make_data(seed)
-    p = gmm.initialize(x, 3, key=jax.random.key(seed))
+    p = gmm.init_params(x, 3, key=jax.random.key(seed))
     energies = [float(gmm.energy(p, x))]
     for _ in range(40):
         p = gmm.em_step(p, x)
@@ -157,7 +157,7 @@ def test_free_energy_bound_and_m_step_is_its_minimiser(seed):
     # Gradient of F(r, .) at the M-step output vanishes for means and covariances, and for the
     # weights in the softmax parameterisation pi = softmax(eta).
     def F(means, cov, eta):
-        return gmm.free_energy(gmm.GMMParams(jax.nn.softmax(eta), means, cov), x, r)
+        return gmm.free_energy(gmm.Params(jax.nn.softmax(eta), means, cov), x, r)
 
     gm, gc, ge = jax.grad(F, argnums=(0, 1, 2))(new.means, new.covariances, jnp.log(new.weights))
     scale = x.shape[0]
@@ -190,7 +190,7 @@ def test_fit_trace_monotone_and_deterministic(seed):
     assert np.all(np.diff(t) <= ROUNDOFF * np.abs(t[:-1]))
     np.testing.assert_allclose(t[-1], float(gmm.energy(p1, x)), rtol=1e-12)
     # The trace is what em_step produces from initialize(...).
-    p = gmm.initialize(x, 3, key=jax.random.key(seed), reg_covar=0.0)
+    p = gmm.init_params(x, 3, key=jax.random.key(seed), reg_covar=0.0)
     for _ in range(t.size - 1):
         p = gmm.em_step(p, x)
     for a, b in zip(p, p1):
@@ -202,8 +202,8 @@ def test_fit_trace_monotone_and_deterministic(seed):
 
 def test_fit_different_keys_give_different_inits():
     x = make_data(0)
-    a = gmm.initialize(x, 3, key=jax.random.key(0))
-    b = gmm.initialize(x, 3, key=jax.random.key(1))
+    a = gmm.init_params(x, 3, key=jax.random.key(0))
+    b = gmm.init_params(x, 3, key=jax.random.key(1))
     assert not np.allclose(a.means, b.means)
 
 
@@ -244,7 +244,7 @@ def _sklearn(x, p, max_iter, reg_covar):
 def test_ten_em_steps_match_sklearn(seed, reg_covar):
     """sklearn's fit(max_iter=10) from user inits = 10 (E-step, M-step) pairs = 10 em_step calls."""
     x = make_data(seed)
-    p0 = gmm.initialize(x, 3, key=jax.random.key(seed))
+    p0 = gmm.init_params(x, 3, key=jax.random.key(seed))
     sk = _sklearn(x, p0, 10, reg_covar)
     assert sk.n_iter_ == 10
     p = p0
@@ -263,9 +263,9 @@ def test_ten_em_steps_match_sklearn(seed, reg_covar):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_energy_matches_sklearn_score(seed):
     x = make_data(seed)
-    p0 = gmm.initialize(x, 3, key=jax.random.key(seed))
+    p0 = gmm.init_params(x, 3, key=jax.random.key(seed))
     sk = _sklearn(x, p0, 3, 1e-3)
-    params = gmm.GMMParams(jnp.asarray(sk.weights_), jnp.asarray(sk.means_), jnp.asarray(sk.covariances_))
+    params = gmm.Params(jnp.asarray(sk.weights_), jnp.asarray(sk.means_), jnp.asarray(sk.covariances_))
     N = x.shape[0]
     assert abs(float(gmm.energy(params, x)) / N - (-sk.score(np.asarray(x)))) <= 1e-10
 
@@ -287,7 +287,7 @@ def _ok():
         (lambda p: p._replace(means=p.means[:, :1]), "params.covariances"),
         (lambda p: p._replace(means=p.means[0]), "params.means"),
         (lambda p: p._replace(means=p.means.at[0, 0].set(jnp.inf)), "params.means"),
-        (lambda p: gmm.GMMParams(jnp.zeros((0,)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2))), "K >= 1"),
+        (lambda p: gmm.Params(jnp.zeros((0,)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2))), "K >= 1"),
         (lambda p: p._replace(covariances=p.covariances[:, :, :1]), "params.covariances"),
         (lambda p: p._replace(covariances=p.covariances.at[1].set(-jnp.eye(2))), r"params.covariances\[1\]"),
         (lambda p: p._replace(covariances=p.covariances.at[2, 0, 1].add(1.0)), r"params.covariances\[2\]"),
@@ -337,7 +337,7 @@ def test_energy_composes_with_jit_and_builds_on_core():
 def test_fit_zero_iterations_returns_initialisation():
     x = make_data(0)
     p, t = gmm.fit(x, 3, key=jax.random.key(5), max_iter=0)
-    p0 = gmm.initialize(x, 3, key=jax.random.key(5))
+    p0 = gmm.init_params(x, 3, key=jax.random.key(5))
     for a, b in zip(p, p0):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert t.shape == (1,)
@@ -373,4 +373,4 @@ def test_collapsed_component_finite_with_default_reg_and_raises_without(seed):
     # The oracle agrees that this data has an ill-defined covariance without a ridge.
     with pytest.raises(ValueError, match="ill-defined empirical covariance"):
         GaussianMixture(3, reg_covar=0.0, random_state=seed, means_init=np.asarray(
-            gmm.initialize(x, 3, key=jax.random.key(seed)).means)).fit(x)
+            gmm.init_params(x, 3, key=jax.random.key(seed)).means)).fit(x)

@@ -152,7 +152,7 @@ def build_gmm(seed, n, k, d, scale):
              covariances=jnp.asarray(_spd(rng, k, d)), x=jnp.asarray(scale * rng.normal(size=(n, d))))
 
     def params(z):
-        return gmm.GMMParams(z["weights"], z["means"], z["covariances"])
+        return gmm.Params(z["weights"], z["means"], z["covariances"])
 
     def grad(z):
         p = params(z)
@@ -184,7 +184,7 @@ def build_slds(seed, n, k, d, scale):
 
     def params(z):
         dt = z["x"].dtype
-        return slds.SLDSParams(jnp.asarray(w, dt), z["A"], z["b"], jnp.asarray(S, dt))
+        return slds.Params(jnp.asarray(w, dt), z["A"], z["b"], jnp.asarray(S, dt))
 
     def grad(z):
         p = params(z)
@@ -259,7 +259,7 @@ def build_self_attention(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     beta = float(rng.uniform(0.2, 3.0))
     dk = k  # reuse the drawn size as the key width
-    params = attention.AttentionParams(wq=jnp.asarray(rng.normal(size=(dk, d))), wk=jnp.asarray(rng.normal(size=(dk, d))))
+    params = attention.Params(wq=jnp.asarray(rng.normal(size=(dk, d))), wk=jnp.asarray(rng.normal(size=(dk, d))))
     mask = attention.causal_mask(n)
     z = jnp.asarray(scale * rng.normal(size=(n, d)))
     wq, wk, m = (np.asarray(a) for a in (*params, mask))
@@ -275,7 +275,7 @@ def build_self_attention(seed, n, k, d, scale):
         return _mp_lse_energy(rows)
 
     def p(x):
-        return attention.AttentionParams(params.wq.astype(x.dtype), params.wk.astype(x.dtype))
+        return attention.Params(params.wq.astype(x.dtype), params.wk.astype(x.dtype))
 
     return Instance(z, lambda x: attention.self_energy(p(x), x, beta=beta, mask=mask),
                     lambda x: attention.self_grad(p(x), x, beta=beta, mask=mask),
@@ -290,7 +290,7 @@ def build_slot_attention(seed, n, k, d, scale):
              w_k=jnp.asarray(rng.normal(size=(h, d))), w_q=jnp.asarray(rng.normal(size=(h, d))))
 
     def p(z):
-        return slot_attention.SlotParams(z["w_k"], z["w_q"])
+        return slot_attention.Params(z["w_k"], z["w_q"])
 
     def grad(z):
         args = (p(z), z["x"], z["mu"])
@@ -318,7 +318,7 @@ def build_rbm(seed, n, k, d, scale):
              c=jnp.asarray(rng.normal(size=k)), v=jnp.asarray(scale * rng.normal(size=(n, d))))
 
     def p(z):
-        return rbm.RBMParams(z["W"], z["b"], z["c"])
+        return rbm.Params(z["W"], z["b"], z["c"])
 
     def grad(z):
         g = rbm.free_energy_grad_params(p(z), z["v"])  # gradient of the *mean* free energy
@@ -659,7 +659,7 @@ def _blobs(rng, n_per, k, d, sep=4.0):
 def run_gmm_em(seed, k, d):
     rng = np.random.default_rng(seed)
     x = _blobs(rng, 12, k, d)
-    p = gmm.initialize(x, k, key=jax.random.key(seed))
+    p = gmm.init_params(x, k, key=jax.random.key(seed))
     energies = [gmm.energy(p, x)]
     for _ in range(5):
         p = gmm.em_step(p, x)
@@ -698,7 +698,7 @@ def run_hopfield(seed, k, d):
 
 def run_slot_cccp(seed, k, d):
     rng = np.random.default_rng(seed)
-    p = slot_attention.SlotParams(jnp.asarray(rng.normal(size=(d + 1, d))), jnp.asarray(rng.normal(size=(d + 1, d))))
+    p = slot_attention.Params(jnp.asarray(rng.normal(size=(d + 1, d))), jnp.asarray(rng.normal(size=(d + 1, d))))
     x, mu = jnp.asarray(rng.normal(size=(6, d))), jnp.asarray(rng.normal(size=(k, d)))
     lam = float(rng.uniform(0.5, 3.0))
     energies = [slot_attention.free_energy(p, x, mu, lam)]
@@ -760,7 +760,7 @@ def test_em_and_cccp_runs_are_monotone(run, seed, sizes):
 _SCH = diffusion.linear_schedule(8)
 _DATA2 = jnp.asarray(np.random.default_rng(7).normal(size=(12, 2)))
 _TRAJ = jnp.asarray(np.cumsum(np.random.default_rng(8).normal(size=(16, 2)), axis=0) * 0.3)
-_RBM = rbm.RBMParams(W=jnp.asarray(np.random.default_rng(9).normal(size=(3, 2))), b=jnp.zeros(3), c=jnp.zeros(2))
+_RBM = rbm.Params(W=jnp.asarray(np.random.default_rng(9).normal(size=(3, 2))), b=jnp.zeros(3), c=jnp.zeros(2))
 _BIN = jnp.asarray((np.random.default_rng(10).random((6, 3)) < 0.5).astype(float))
 _DMLP = dmlp.init_params(2, key=jax.random.key(1), hidden=(4,), n_freqs=2)
 _PCMLP = mpc.init_params(2, 3, 2, key=jax.random.key(2))
@@ -769,12 +769,12 @@ _SLDS = slds.init_params(_TRAJ, 2, key=jax.random.key(4))
 _SGD = optax.sgd(1e-2)  # one object: the optimizer is a static (hashed) argument of the jitted drivers
 
 KEYED = {
-    "gmm.initialize": lambda key: gmm.initialize(_DATA2, 2, key=key),
+    "gmm.init_params": lambda key: gmm.init_params(_DATA2, 2, key=key),
     "gmm.fit": lambda key: gmm.fit(_DATA2, 2, key=key, max_iter=2),
     "slds.init_params": lambda key: slds.init_params(_TRAJ, 2, key=key),
     "slds.fit": lambda key: slds.fit(_TRAJ, 2, key=key, max_iter=2, n_init=2),
     "slds.sample": lambda key: slds.sample(_SLDS, jnp.zeros(2), 4, key=key),
-    "attention.init_attention": lambda key: attention.init_attention(3, 2, key=key),
+    "attention.init_params": lambda key: attention.init_params(3, 2, key=key),
     "attention.init_multihead": lambda key: attention.init_multihead(4, 2, key=key),
     "slot_attention.fourier_features": lambda key: slot_attention.fourier_features(_DATA2, n_features=4, lengthscale=0.5, key=key),
     "slot_attention.init_slots": lambda key: slot_attention.init_slots(_DATA2, 3, key=key),

@@ -16,7 +16,7 @@ M, N = 10, 8  # tiny RBM: 2**10 visible states, 2**18 joint states
 
 def random_params(seed, m=M, n=N, scale=0.7):
     kw, kb, kc = jax.random.split(jax.random.key(seed), 3)
-    return rbm.RBMParams(
+    return rbm.Params(
         W=scale * jax.random.normal(kw, (m, n)),
         b=0.5 * jax.random.normal(kb, (m,)),
         c=0.5 * jax.random.normal(kc, (n,)),
@@ -339,7 +339,7 @@ def test_validation_errors():
     p = random_params(0)
     v = random_binary(0, (5, M))
     key = jax.random.key(0)
-    with pytest.raises(ValueError, match="params must be an RBMParams"):
+    with pytest.raises(ValueError, match="params must be rbm\\.Params"):
         rbm.free_energy((p.W, p.b, p.c), v)
     with pytest.raises(ValueError, match="params.b"):
         rbm.free_energy(p._replace(b=jnp.zeros(M + 1)), v)

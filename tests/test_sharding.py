@@ -39,7 +39,7 @@ SCRIPT = textwrap.dedent(
         N, d, K = 1003, 3, 4
         centres = 4.0 * rng.normal(size=(K, d))
         x = jnp.asarray(centres[rng.integers(0, K, N)] + rng.normal(size=(N, d)))
-        p0 = gmm.initialize(x, K, key=jax.random.key(seed))
+        p0 = gmm.init_params(x, K, key=jax.random.key(seed))
 
         # one step, and five chained steps, against the single-device em_step
         single, shard = p0, p0
@@ -96,7 +96,7 @@ def test_one_device_mesh_equals_single_device(seed):
     """In-process check on the default (single-device) mesh."""
     rng = np.random.default_rng(10 + seed)
     x = rng.normal(size=(257, 2)) + 3.0 * rng.integers(0, 2, size=(257, 1))
-    p0 = gmm.initialize(x, 3, key=jax.random.key(seed))
+    p0 = gmm.init_params(x, 3, key=jax.random.key(seed))
     mesh = sharding.data_mesh(1)
     for a, b in zip(sharding.sharded_em_step(p0, x, mesh), gmm.em_step(p0, x)):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
@@ -110,7 +110,7 @@ def test_one_device_mesh_equals_single_device(seed):
 def test_invalid_arguments():
     mesh = sharding.data_mesh(1)
     x = np.random.default_rng(0).normal(size=(20, 2))
-    p0 = gmm.initialize(x, 2, key=jax.random.key(0))
+    p0 = gmm.init_params(x, 2, key=jax.random.key(0))
     with pytest.raises(ValueError, match="mesh"):
         sharding.sharded_em_step(p0, x, "cpu")
     with pytest.raises(ValueError, match="n_devices"):

@@ -23,7 +23,7 @@ def random_params(seed, K=3, d=2):
     b = rng.normal(size=(K, d))
     M = rng.normal(size=(K, d, d))
     S = np.einsum("kij,klj->kil", M, M) / d + 0.3 * np.eye(d)
-    return slds.SLDSParams(*(jnp.asarray(v) for v in (w, A, b, S)))
+    return slds.Params(*(jnp.asarray(v) for v in (w, A, b, S)))
 
 
 def random_x(seed, T=9, d=2):
@@ -41,7 +41,7 @@ def three_modes(noise=0.05):
     A = np.stack([r * rot(t) for r, t in zip(rhos, thetas)])
     b = np.stack([(np.eye(2) - A[k]) @ centres[k] for k in range(3)])
     S = np.stack([noise**2 * np.eye(2)] * 3)
-    return slds.SLDSParams(jnp.full(3, 1 / 3), jnp.asarray(A), jnp.asarray(b), jnp.asarray(S))
+    return slds.Params(jnp.full(3, 1 / 3), jnp.asarray(A), jnp.asarray(b), jnp.asarray(S))
 
 
 # ---------------------------------------------------------------------------
@@ -297,7 +297,7 @@ def test_validation_errors():
         slds.energy(p, x.at[0, 0].set(jnp.nan))
     with pytest.raises(ValueError, match="state dimension"):
         slds.energy(p, jnp.ones((5, 3)))
-    with pytest.raises(ValueError, match="params must be an SLDSParams"):
+    with pytest.raises(ValueError, match="params must be slds\\.Params"):
         slds.energy(tuple(p), x)
     with pytest.raises(ValueError, match="params.weights must sum to 1"):
         slds.energy(p._replace(weights=p.weights * 2), x)

@@ -19,7 +19,7 @@ def problem(seed, n=7, s=4, d=3, h=None, dmu=None):
     h = d if h is None else h
     dmu = d if dmu is None else dmu
     k = jax.random.split(jax.random.key(seed), 4)
-    params = sa.SlotParams(
+    params = sa.Params(
         jax.random.normal(k[0], (h, d)) / np.sqrt(d),
         jax.random.normal(k[1], (h, dmu)) / np.sqrt(dmu),
     )
@@ -57,7 +57,7 @@ def test_energy_matches_direct_formula(seed):
 def test_energy_depends_on_maps_only_through_product(seed):
     params, x, mu = problem(seed)
     g = jax.random.normal(jax.random.key(100 + seed), (3, 3)) + 3 * jnp.eye(3)
-    other = sa.SlotParams(g @ params.w_k, jnp.linalg.inv(g).T @ params.w_q)
+    other = sa.Params(g @ params.w_k, jnp.linalg.inv(g).T @ params.w_q)
     np.testing.assert_allclose(sa.energy(other, x, mu), sa.energy(params, x, mu), rtol=1e-12)
 
 
@@ -272,7 +272,7 @@ def test_fit_procrustes_monotone_and_converges(seed):
     pts, labels, _ = sa.blob_scene(3, key=jax.random.key(seed), n_per_blob=20)
     x = sa.fourier_features(pts, n_features=20, lengthscale=0.2, key=jax.random.key(7))
     mu0 = sa.init_slots(x, 4, key=jax.random.key(seed))
-    params = sa.SlotParams(jnp.eye(20), orthogonal(jax.random.key(seed), 20))
+    params = sa.Params(jnp.eye(20), orthogonal(jax.random.key(seed), 20))
     _, _, tr = sa.fit(params, x, mu0, n_steps=60, n_e_steps=1, lam=1.0, prox=1e-3)
     f = np.asarray(tr.free_energy).reshape(-1)
     assert np.all(np.diff(f) <= 1e-10 * np.abs(f).max())
@@ -303,7 +303,7 @@ def test_slots_discover_blobs():
         pts, labels, _ = sa.blob_scene(3 + s % 3, key=k[0])
         x = sa.fourier_features(pts, n_features=200, lengthscale=0.2, key=k[1])
         mu0 = sa.init_slots(x, 5, key=k[2])
-        params = sa.SlotParams(jnp.eye(200), jnp.eye(200))
+        params = sa.Params(jnp.eye(200), jnp.eye(200))
         mu, trace = sa.e_step(params, x, mu0, n_steps=50, method="cccp", lam=1.0)
         assert np.all(np.diff(np.asarray(trace)) <= 1e-10 * np.abs(np.asarray(trace)).max())
         pred = np.asarray(jnp.argmax(sa.attention(params, x, mu), axis=1))
@@ -359,7 +359,7 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="x must be finite"):
         sa.energy(params, x.at[0, 0].set(jnp.nan), mu)
     with pytest.raises(ValueError, match="params.w_k and params.w_q"):
-        sa.energy(sa.SlotParams(params.w_k, jnp.ones((2, 3))), x, mu)
+        sa.energy(sa.Params(params.w_k, jnp.ones((2, 3))), x, mu)
     with pytest.raises(ValueError, match="mu must have 2 dimensions"):
         sa.grad_mu(params, x, mu[0])
     with pytest.raises(ValueError, match="step"):

@@ -133,7 +133,7 @@ def core_term():
 
 
 def gmm_energy():
-    params = gmm.GMMParams(
+    params = gmm.Params(
         weights=jnp.array([0.4, 0.6]),
         means=jnp.array([[0.0, 0.0], [1.5, -0.5]]),
         covariances=jnp.stack([jnp.eye(2), jnp.array([[1.0, 0.3], [0.3, 0.5]])]),
@@ -147,7 +147,7 @@ def gmm_fit():
 
 def slds_energy():
     K, d = 2, 2
-    params = slds.SLDSParams(
+    params = slds.Params(
         weights=jnp.array([0.3, 0.7]),
         A=0.5 * _normal((K, d, d), 1),
         b=_normal((K, d), 2),
@@ -177,7 +177,7 @@ def attend_args():
 
 
 def self_args():
-    params = attention.AttentionParams(wq=_normal((2, 3)), wk=_normal((2, 3), 1))
+    params = attention.Params(wq=_normal((2, 3)), wk=_normal((2, 3), 1))
     return dict(params=params, x=_normal((4, 3), 2), beta=0.7, mask=attention.causal_mask(4))
 
 
@@ -190,7 +190,7 @@ def structural_args():
 
 
 def slot_args():
-    params = slot_attention.SlotParams(w_k=_normal((3, 4)), w_q=_normal((3, 2), 1))
+    params = slot_attention.Params(w_k=_normal((3, 4)), w_q=_normal((3, 2), 1))
     return dict(params=params, x=_normal((5, 4), 2), mu=_normal((3, 2), 3))
 
 
@@ -201,7 +201,7 @@ def slot_assign():
 
 
 def rbm_args():
-    params = rbm.RBMParams(W=0.5 * _normal((3, 2)), b=_normal(3, 1), c=_normal(2, 2))
+    params = rbm.Params(W=0.5 * _normal((3, 2)), b=_normal(3, 1), c=_normal(2, 2))
     return dict(params=params, v=jnp.array([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0]]))
 
 
@@ -322,10 +322,10 @@ CASES: list[Case] = [
       lambda a: dict(params=a["params"]._replace(covariances=a["params"].covariances.at[0].set(jnp.zeros((2, 2))))),
       r"params.covariances\[0\] is not positive definite", "singular"),
     C(gmm.energy, "K", gmm_energy,
-      lambda a: dict(params=gmm.GMMParams(jnp.zeros((0,)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2)))),
+      lambda a: dict(params=gmm.Params(jnp.zeros((0,)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2)))),
       r"params.means must have K >= 1 components", "zero_components"),
     C(gmm.fit, "K", gmm_fit, lambda a: dict(n_components=0), r"n_components must be >= 1", "zero"),
-    C(gmm.initialize, "K", lambda: dict(x=_normal((30, 2)), n_components=2, key=KEY), lambda a: dict(n_components=-1),
+    C(gmm.init_params, "K", lambda: dict(x=_normal((30, 2)), n_components=2, key=KEY), lambda a: dict(n_components=-1),
       r"n_components must be >= 1", "negative"),
     C(gmm.fit, "dtype", gmm_fit, lambda a: dict(n_components=2.0), r"n_components must be an integer", "float_K"),
     C(gmm.fit, "positive", gmm_fit, lambda a: dict(tol=-1.0), r"tol must be a finite scalar >= 0", "negative_tol"),
@@ -352,7 +352,7 @@ CASES: list[Case] = [
       lambda a: dict(params=a["params"]._replace(covariances=a["params"].covariances.at[0].set(jnp.ones((2, 2))))),
       r"params.covariances must be positive definite", "singular"),
     C(slds.energy, "K", slds_energy,
-      lambda a: dict(params=slds.SLDSParams(jnp.zeros((0,)), jnp.zeros((0, 2, 2)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2)))),
+      lambda a: dict(params=slds.Params(jnp.zeros((0,)), jnp.zeros((0, 2, 2)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2)))),
       r"params.weights must have shape \(K,\) with K >= 1", "zero_modes"),
     C(slds.fit, "K", slds_fit, lambda a: dict(n_components=0), r"n_components must be an integer >= 1", "zero"),
     C(slds.init_params, "K", lambda: dict(x=_normal((30, 2)), n_components=2, key=KEY), lambda a: dict(n_components=0),
@@ -539,7 +539,7 @@ CASES: list[Case] = [
 
 
 def tokens_args():
-    params = attention.AttentionParams(wq=_normal((2, 3)), wk=_normal((2, 4), 1))
+    params = attention.Params(wq=_normal((2, 3)), wk=_normal((2, 4), 1))
     return dict(params=params, xq=_normal((2, 3), 2), xk=_normal((5, 4), 3), beta=0.9)
 
 
@@ -722,7 +722,7 @@ CASES += [
     C(structural.cccp, "K", cccp_args, lambda a: dict(mu0=jnp.zeros((0, 3))), r"mu0 and x must each have at least one row",
       "no_latents"),
     C(structural.cccp, "finite", cccp_args, lambda a: dict(x=_nan_at(a["x"], 2)), r"x must be finite", "nan_x"),
-    C(attention.init_attention, "K", lambda: dict(d_in=3, d_k=2, key=KEY), lambda a: dict(d_k=0), r"d_k must be an integer >= 1",
+    C(attention.init_params, "K", lambda: dict(d_in=3, d_k=2, key=KEY), lambda a: dict(d_k=0), r"d_k must be an integer >= 1",
       "zero_dk"),
     C(attention.init_multihead, "dtype", lambda: dict(d_model=4, n_heads=2, key=KEY), lambda a: dict(n_heads=2.0),
       r"n_heads must be an integer >= 1", "float_heads"),
@@ -871,7 +871,7 @@ INT_INPUTS = [
     (gmm.grad_weights, gmm_energy, "x"),
     (gmm.em_step, gmm_energy, "x"),
     (gmm.em_step_reference, gmm_energy, "params.means"),
-    (gmm.initialize, gmm_init, "x"),
+    (gmm.init_params, gmm_init, "x"),
     (gmm.fit, gmm_fit, "x"),
     # attention
     (attention.cross_energy, cross_args, "q"),
@@ -1209,7 +1209,7 @@ def test_registry_covers_every_module_and_kind():
 # Public functions with no continuous array argument (sizes, counts, keys,
 # integer time steps, schedules, meshes only), exempt from the dtype sweep.
 NO_CONTINUOUS_ARRAY = {
-    "attention": {"init_attention", "init_multihead", "causal_mask", "sinusoidal_encoding", "sinusoidal_shift"},
+    "attention": {"init_params", "init_multihead", "causal_mask", "sinusoidal_encoding", "sinusoidal_shift"},
     "mixture_pc": {"init_params"},
     "pcn": {"init_params"},
     "anpc": set(),
