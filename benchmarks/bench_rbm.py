@@ -27,7 +27,6 @@ def digits(tiles: int = 10) -> np.ndarray:
 def _floors(n_batches: int, batch_size: int, n_visible: int, n_hidden: int, dtype):
     """Two jitted epochs that do only a CD-1 step's GEMMs (then also its sigmoids)."""
     import jax
-    import jax.numpy as jnp
 
     V = (jax.random.uniform(jax.random.key(0), (n_batches, batch_size, n_visible)) < 0.3).astype(dtype)
     W0 = 0.01 * jax.random.normal(jax.random.key(1), (n_visible, n_hidden), dtype)

@@ -7,20 +7,24 @@ says so). The rules:
 * :func:`count`: a Python or NumPy integer (never ``bool``, never a float such
   as ``2.0``) at least ``low``; returned as ``int``.
 * :func:`positive`, :func:`nonnegative`: a finite real scalar ``> 0`` /
-  ``>= 0``; returned as ``float``. ``allow_none=True`` also lets ``None``
-  through (for "pick a default" arguments).
-* :func:`floating`: an array of floating dtype whose values, when concrete
-  (not traced), are finite. Integer and boolean arrays are refused: the
-  caller casts explicitly.
-* :func:`matrix`: a floating, finite ``(n, cols)`` array with ``n >= 1``.
-* :func:`flag`: a Python or NumPy ``bool``.
+  ``>= 0``; returned as ``float`` (a traced value passes unchecked).
+  ``allow_none=True`` also lets ``None`` through (for "pick a default" arguments).
+* :func:`open_unit`: a number strictly between 0 and 1.
+* :func:`float_array`: an array of floating dtype with at least ``min_ndim``
+  axes whose values, when concrete (not traced), are finite. Integer and boolean
+  arrays are refused: the caller casts explicitly. Every array rule below builds
+  on it: :func:`array` (exactly ``ndim`` axes), :func:`matrix` (``(n, cols)``),
+  :func:`points` (non-empty ``(rows, d)``), :func:`qk` (queries and keys),
+  :func:`bias` (an additive log-prior).
+* :func:`beta`, :func:`default_beta`: an inverse temperature (``None``: ``1/sqrt(d)``).
+* :func:`time_steps`: integer diffusion steps in ``1..T``.
 * :func:`optimizer`: anything with callable ``init`` and ``update`` (an optax
   ``GradientTransformation``).
 
-It also holds :func:`is_concrete` (value checks run only on concrete inputs),
-:func:`float_array` and :func:`require_finite` (every iterative driver calls it
-on what it returns, so that a diverged run never comes back as NaN). This
-module is the bottom of the package: it imports nothing from it.
+It also holds :func:`is_concrete` (value checks run only on concrete inputs)
+and :func:`require_finite` (every iterative driver calls it on what it
+returns, so that a diverged run never comes back as NaN). This module is the
+bottom of the package: it imports nothing from it.
 """
 
 from __future__ import annotations
@@ -138,16 +142,6 @@ def array(name: str, a, ndim: int) -> Array:
     return float_array(name, a)
 
 
-def floating(name: str, a) -> Array:
-    """A floating-point array, finite when concrete."""
-    a = jnp.asarray(a)
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must be floating point; got {a.dtype}")
-    if is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{name} must be finite")
-    return a
-
-
 def matrix(name: str, a, cols: int, what: str) -> Array:
     """A floating, finite ``(n, cols)`` array with ``n >= 1``; ``what`` names ``cols`` in the message."""
     a = jnp.asarray(a)
@@ -155,14 +149,7 @@ def matrix(name: str, a, cols: int, what: str) -> Array:
         raise ValueError(f"{name} must have shape (n, {what}) with n >= 1; got {a.shape}")
     if a.shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns ({what}); got shape {a.shape}")
-    return floating(name, a)
-
-
-def flag(name: str, value) -> bool:
-    """A ``bool``."""
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be a bool; got {value!r}")
-    return bool(value)
+    return float_array(name, a)
 
 
 def optimizer(opt):
@@ -227,14 +214,11 @@ def points(name: str, a, d=None, ref: str = "data") -> Array:
     a = jnp.asarray(a)
     if a.ndim != 2:
         raise ValueError(f"{name} must have shape (rows, d); got shape {a.shape}")
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
+    a = float_array(name, a)
     if a.shape[0] == 0 or a.shape[1] == 0:
         raise ValueError(f"{name} must be non-empty; got shape {a.shape}")
     if d is not None and a.shape[1] != d:
         raise ValueError(f"{name} has dimension d = {a.shape[1]} but {ref} have d = {d}")
-    if is_concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-        raise ValueError(f"{name} must be finite")
     return a
 
 

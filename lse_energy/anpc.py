@@ -122,7 +122,7 @@ def _check_params(params) -> Params:
     if A.dtype != jnp.bool_:
         raise ValueError(f"params.adjacency must be boolean (True marks a synapse j -> i); got {A.dtype}")
     for name, a in (("weights", W), ("biases", B)):
-        _validate.floating(f"params.{name}", a)
+        _validate.float_array(f"params.{name}", a)
     return Params(weights=W, biases=B, adjacency=A)
 
 
@@ -130,7 +130,7 @@ def _check_x(x, N, name="x") -> Array:
     x = jnp.asarray(x)
     if x.ndim < 1 or x.shape[-1] != N:
         raise ValueError(f"{name} must have shape (..., N) with N = {N}; got {x.shape}")
-    return _validate.floating(name, x)
+    return _validate.float_array(name, x)
 
 
 def _check_precisions(precisions, N, dtype) -> Array:
@@ -139,7 +139,7 @@ def _check_precisions(precisions, N, dtype) -> Array:
         return jnp.ones((N, N), dtype)
     k = jnp.asarray(precisions)
     if not jnp.issubdtype(k.dtype, jnp.floating):
-        raise ValueError(f"precisions must be floating point; got {k.dtype}")
+        raise ValueError(f"precisions must have a floating dtype; got {k.dtype}")
     k = k.astype(dtype)
     if k.shape == (N,):
         k = jnp.broadcast_to(k[:, None], (N, N))

@@ -177,7 +177,7 @@ def predict(params: Params, mu) -> Array:
     m = params.W1.shape[1]
     if mu.ndim < 1 or mu.shape[-1] != m:
         raise ValueError(f"mu must have shape (..., m) with m = params.W1.shape[1] = {m}; got {mu.shape}")
-    return _predict(params, _validate.floating("mu", mu))
+    return _predict(params, _validate.float_array("mu", mu))
 
 
 def _predict(params, mu):
@@ -202,7 +202,7 @@ def _check_params(params) -> Params:
             f"{W1.shape}, {b1.shape}, {W2.shape}, {b2.shape}"
         )
     for name, a in zip(Params._fields, (W1, b1, W2, b2)):
-        _validate.floating(f"params.{name}", a)
+        _validate.float_array(f"params.{name}", a)
     return Params(W1, b1, W2, b2)
 
 

@@ -113,7 +113,7 @@ def _check_params(params) -> Params:
     for name, a in [("prior_mean", m)] + [(f"weights[{i}]", W) for i, W in enumerate(Ws)] + [
         (f"biases[{i}]", b) for i, b in enumerate(bs)
     ]:
-        _validate.floating(f"params.{name}", a)
+        _validate.float_array(f"params.{name}", a)
     return Params(weights=Ws, biases=bs, prior_mean=m)
 
 
@@ -130,14 +130,14 @@ def _check_values(xs, sizes, name="xs") -> tuple:
             raise ValueError(
                 f"{name}[{l - 1}] (layer {l}) must have shape {batch} + ({n},); got {x.shape}"
             )
-        _validate.floating(f"{name}[{l - 1}]", x)
+        _validate.float_array(f"{name}[{l - 1}]", x)
     return xs
 
 
 def _check_precisions(precisions, L, dtype) -> Array:
     p = jnp.asarray(precisions)
     if not jnp.issubdtype(p.dtype, jnp.floating):
-        raise ValueError(f"precisions must be floating point; got {p.dtype}")
+        raise ValueError(f"precisions must have a floating dtype; got {p.dtype}")
     p = p.astype(dtype)
     if p.shape != (L,):
         raise ValueError(f"precisions must have shape (L,) = ({L},); got {p.shape}")
@@ -227,7 +227,7 @@ def forward(params: Params, x) -> tuple:
     x = jnp.asarray(x)
     if x.ndim < 1 or x.shape[-1] != n1:
         raise ValueError(f"x must have shape (..., n_1) with n_1 = {n1}; got {x.shape}")
-    return _forward(params, _validate.floating("x", x))
+    return _forward(params, _validate.float_array("x", x))
 
 
 def _predictions(params, xs):

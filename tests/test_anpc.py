@@ -361,7 +361,7 @@ def test_validation_errors():
         anpc.energy(p, x[:, :3])
     with pytest.raises(ValueError, match="x must be finite"):
         anpc.grad_x(p, x.at[0, 0].set(jnp.inf))
-    with pytest.raises(ValueError, match="x must be floating"):
+    with pytest.raises(ValueError, match="x must have a floating dtype"):
         anpc.energy(p, jnp.ones((2, N), jnp.int32))
     with pytest.raises(ValueError, match="precisions"):
         anpc.energy(p, x, k[:3])

@@ -108,8 +108,6 @@ def test_registry_names_every_fit():
     """Every public ``fit`` / trainer in the package is in the registry."""
     import inspect
 
-    import lse_energy
-
     missing = []
     for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):

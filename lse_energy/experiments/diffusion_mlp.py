@@ -152,7 +152,7 @@ def _check_params(params) -> Params:
                 f"got shape {w.shape}"
             )
         for name, a in ((f"weights[{i}]", w), (f"biases[{i}]", b)):
-            _validate.floating(f"params.{name}", a)
+            _validate.float_array(f"params.{name}", a)
     return Params(weights=ws, biases=bs)
 
 
