@@ -128,7 +128,7 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
     # before its t-th M-step; gmm.fit's trace holds the energies E_t = -N * that.
     T = iters
     sk = _sklearn(xn, p0, T)
-    _, trace = gmm.fit(x, K, key=jax.random.key(0), max_iter=T, tol=0.0, reg_covar=1e-6)
+    trace = gmm.fit(x, K, key=jax.random.key(0), max_iter=T, tol=0.0, reg_covar=1e-6).energies
     ours_ll = -np.asarray(trace[:T]) / N
     traj_err = float(np.max(np.abs(ours_ll - sk.lower_bounds_) / np.abs(sk.lower_bounds_)))
     p = p0

@@ -117,7 +117,8 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
     # sanity: training lowers the reconstruction error (the monitored run, float64)
     xj = jnp.asarray(x64)
     p0 = rbm.init_params(x64.shape[1], n_hidden, key=jax.random.key(0), scale=0.01)
-    _, trace = rbm.fit(p0, xj, key=jax.random.key(1), n_epochs=2, batch_size=batch_size, learning_rate=lr, k=1)
+    trace = rbm.fit(p0, xj, key=jax.random.key(1), n_epochs=2, batch_size=batch_size, learning_rate=lr,
+                    k=1).extras
     rows.append(row("3 RBM", "reconstruction error after epochs 1, 2 (float64)",
                     f"{float(trace.reconstruction_error[0]):.4f}, {float(trace.reconstruction_error[1]):.4f}", ""))
     return rows, out

@@ -41,6 +41,7 @@ __all__ = [
     "graph_gradient_terms",
     "GradientTerms",
     "softmax_average",
+    "FitResult",
 ]
 
 
@@ -312,6 +313,30 @@ def graph_energy(terms: Sequence[EnergyTerm], nodes) -> Array:
         s = _pairwise(term.sim)(nodes[term.children], nodes[term.parents])
         total = total + energy(s, term.mask, allow_empty=term.allow_empty)
     return total
+
+
+class FitResult(NamedTuple):
+    r"""What every ``fit`` in the package returns.
+
+    Attributes:
+      params: the fitted parameters (the model's ``Params``).
+      energies: the objective the fit descends, recorded along the run; the
+        leading axis is the iteration. Each ``fit`` says what it records (for
+        EM: the energy before the first step and after each step, so
+        ``n_iter + 1`` values).
+      n_iter: the number of iterations (EM steps, rounds or epochs) taken.
+      converged: ``True`` when the fit's stopping rule ended the loop before
+        ``max_iter``, ``False`` when it ran out of iterations, and ``None``
+        for a fit that runs a fixed number of steps (no stopping rule).
+      extras: the model's other results (latents, optimizer state,
+        diagnostic traces) as a small ``NamedTuple``, or ``None``.
+    """
+
+    params: object
+    energies: Array
+    n_iter: int
+    converged: bool | None
+    extras: object = None
 
 
 class GradientTerms(NamedTuple):

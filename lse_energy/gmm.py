@@ -684,9 +684,9 @@ def _em_loop(params: Params, stats, N, shift: Array, max_iter: int, tol, reg_cov
         tr = jnp.where(ok, tr.at[i + 1].set(-ll), tr)
         return jnp.where(ok, i + 1, i), p, R_new, tr, done, failed
 
-    n_iter, params, _, trace, _, failed = jax.lax.while_loop(
+    n_iter, params, _, trace, done, failed = jax.lax.while_loop(
         cond, body, (0, params, R0, trace, False, no_failure))
-    return params, trace, n_iter, failed
+    return params, trace, n_iter, done, failed
 
 
 def sufficient_statistics(params: Params, x, shift, valid=None):
@@ -758,10 +758,11 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
         ``0`` for exact EM (whose energy trace is non-increasing).
 
     Returns:
-      ``(params, energies)``: the fitted :class:`Params` and the energy
-      trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0` at the
-      initial parameters, :math:`T \le` ``max_iter`` the number of steps
-      taken). With ``reg_covar = 0`` the trace is non-increasing.
+      :class:`~lse_energy.core.FitResult` with the fitted :class:`Params`, the
+      energy trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0`
+      at the initial parameters), ``n_iter`` :math:`= T \le` ``max_iter``, and
+      ``converged`` (the ``tol`` rule stopped the loop); no ``extras``. With
+      ``reg_covar = 0`` the trace is non-increasing.
 
     Raises:
       ValueError: on bad arguments, and when an M-step leaves a covariance
@@ -797,13 +798,14 @@ def em(params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, 
       max_iter, tol, reg_covar: as in :func:`fit`.
 
     Returns:
-      ``(params, energies)`` as :func:`fit`.
+      :class:`~lse_energy.core.FitResult` as :func:`fit`.
     """
     params = check_params(params)
     max_iter, tol_f = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)
     shift = jnp.asarray(shift)
-    params, trace, n_iter, failed = _em_jit(params, statistics, tuple(data), operator.index(n), shift, max_iter,
+    params, trace, n_iter, done, failed = _em_jit(params, statistics, tuple(data), operator.index(n), shift, max_iter,
                                             jnp.asarray(tol_f, shift.dtype), jnp.asarray(reg, shift.dtype))
     _raise_if_failed(failed, reg)
-    return params, trace[: int(n_iter) + 1]
+    n_iter = int(n_iter)
+    return core.FitResult(params, trace[: n_iter + 1], n_iter, bool(done))

@@ -72,7 +72,7 @@ __all__ = [
     "mu_lipschitz",
     "Inference",
     "infer",
-    "FitResult",
+    "FitExtras",
     "fit",
     "Data",
     "sample",
@@ -475,20 +475,16 @@ def infer(params: Params, x, mu0, *, n_steps: int, step_size: float | None = Non
                       n_steps, step_size is None)
 
 
-class FitResult(NamedTuple):
-    r"""Result of :func:`fit`.
+class FitExtras(NamedTuple):
+    r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`.
 
     Attributes:
-      params: learned :class:`Params`.
       mu: ``(K, m)`` latents after the last inference phase.
-      initial_energy: scalar :math:`E^{\mathrm{PC}}` at the starting point.
       infer_energy: ``(n_rounds, infer_steps)`` energy after each inference step.
       learn_energy: ``(n_rounds, learn_steps)`` energy after each learning step.
     """
 
-    params: Params
     mu: Array
-    initial_energy: Array
     infer_energy: Array
     learn_energy: Array
 
@@ -514,8 +510,8 @@ def _fit_jit(params, x, mu0, step_size, optimizer, n_rounds, infer_steps, learn_
 
     state = optimizer.init(params)
     (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(n_rounds))
-    return FitResult(params=p, mu=mu, initial_energy=_energy(params, x, mu0),
-                      infer_energy=inf, learn_energy=lrn)
+    energies = jnp.concatenate([_energy(params, x, mu0)[None], lrn[:, -1]])
+    return p, energies, FitExtras(mu=mu, infer_energy=inf, learn_energy=lrn)
 
 
 def fit(
@@ -529,7 +525,7 @@ def fit(
     learn_steps: int,
     step_size: float | None = None,
     progress: bool = False,
-) -> FitResult:
+) -> core.FitResult:
     r"""Learn :math:`\phi` and infer :math:`\mu` by alternating descent on eq. (18).
 
     Each of ``n_rounds`` rounds runs ``infer_steps`` gradient steps on
@@ -557,7 +553,11 @@ def fit(
         with ``progress=False`` to round-off, see ``lse_energy._progress``).
 
     Returns:
-      :class:`FitResult`.
+      :class:`~lse_energy.core.FitResult`: the learned :class:`Params`;
+      ``energies``, ``(n_rounds + 1,)``, :math:`E^{\mathrm{PC}}` at the start
+      and after each round; ``n_iter = n_rounds``; ``converged = None`` (a
+      fixed number of rounds); ``extras`` a :class:`FitExtras` with the latents
+      and the step-by-step traces.
 
     Raises:
       ValueError: on bad arguments, or when the run diverged (a non-finite
@@ -571,9 +571,11 @@ def fit(
     step_size = _validate.positive("step_size", step_size, allow_none=True)
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
     with _progress.bar(progress, n_rounds, "predictive-coding mixture fit (rounds)") as every:
-        out = jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, n_rounds, infer_steps,
-                                             learn_steps, step_size is None, every))
-    _validate.require_finite("fit", out, steps=out.learn_energy,
+        p, energies, extras = jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, n_rounds,
+                                                             infer_steps, learn_steps, step_size is None,
+                                                             every))
+    out = core.FitResult(p, energies, n_rounds, None, extras)
+    _validate.require_finite("fit", out, steps=out.extras.learn_energy,
                         hint="lower the optimizer's learning rate or step_size (None picks a safe one)")
     return out
 

@@ -38,7 +38,7 @@ __all__ = [
     "grad_params",
     "Inference",
     "infer",
-    "FitResult",
+    "FitExtras",
     "fit",
     "classify",
     "generate",
@@ -537,22 +537,17 @@ def _check_data(params, x, y):
 # --- training: clamp x^1 = X and x^L = Y, relax, then a Hebbian step ---------
 
 
-class FitResult(NamedTuple):
-    r"""Result of :func:`fit`.
+class FitExtras(NamedTuple):
+    r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`.
 
     Attributes:
-      params: trained :class:`Params`.
       opt_state: optimizer state, to continue training with another call.
-      energy: ``(n_epochs, num_batches)`` mean :math:`F` per example at
-        the end of each minibatch's inference phase (before its weight step).
       loss: ``(n_epochs, num_batches)`` mean squared output error
         :math:`\frac12\|Y - \hat y\|^2` of the feed-forward pass on each
         minibatch before its weight step.
     """
 
-    params: Params
     opt_state: Any
-    energy: Array
     loss: Array
 
 
@@ -592,12 +587,12 @@ def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, bat
 
     keys = jax.random.split(key, n_epochs)
     (p, s), (F, loss) = jax.lax.scan(epoch, (params, opt_state), keys)
-    return FitResult(params=p, opt_state=s, energy=F, loss=loss)
+    return p, F, FitExtras(opt_state=s, loss=loss)
 
 
 def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
               n_epochs: int, batch_size: int, infer_steps: int, step_size: float = 0.1,
-              opt_state=None) -> FitResult:
+              opt_state=None) -> core.FitResult:
     r"""Training mode of §29.1.4: clamp :math:`x^1 = X`, :math:`x^L = Y`, relax, learn.
 
     For each minibatch (shuffled with ``key`` every epoch; a last partial
@@ -624,7 +619,12 @@ def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
         initialise it.
 
     Returns:
-      :class:`FitResult`.
+      :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
+      ``energies``, ``(n_epochs, num_batches)``, the mean :math:`F` per example
+      at the end of each minibatch's inference phase (before its weight step);
+      ``n_iter = n_epochs``; ``converged = None`` (a fixed number of epochs);
+      ``extras`` a :class:`FitExtras` with the optimizer state and the
+      output loss.
 
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
@@ -642,9 +642,10 @@ def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
     eta = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)
-    out = _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs,
-                         batch_size, infer_steps)
-    _validate.require_finite("fit", out, steps=out.energy,
+    p, energies, extras = _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs,
+                                     batch_size, infer_steps)
+    out = core.FitResult(p, energies, n_epochs, None, extras)
+    _validate.require_finite("fit", out, steps=out.energies,
                         hint="lower the optimizer's learning rate or the inference step_size")
     return out
 

@@ -65,7 +65,7 @@ __all__ = [
     "Params",
     "EnergyGap",
     "GibbsState",
-    "CDTrace",
+    "FitExtras",
     "init_params",
     "energy",
     "free_energy",
@@ -135,18 +135,16 @@ class GibbsState(NamedTuple):
     v_prob: Array
 
 
-class CDTrace(NamedTuple):
-    r"""Per-epoch diagnostics of :func:`fit` (cheap, deterministic, not the likelihood).
+class FitExtras(NamedTuple):
+    r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`.
 
     Attributes:
       reconstruction_error: ``(n_epochs,)`` mean over data and pixels of
-        :math:`(v - \sigma(b + W \sigma(c + W^\top v)))^2` after each epoch.
-      free_energy: ``(n_epochs,)`` mean :math:`F(v)` of the training data after
-        each epoch.
+        :math:`(v - \sigma(b + W \sigma(c + W^\top v)))^2` after each epoch
+        (cheap, deterministic, not the likelihood); ``None`` without ``monitor``.
     """
 
     reconstruction_error: Array
-    free_energy: Array
 
 
 # ---------------------------------------------------------------------------
@@ -704,11 +702,11 @@ def _fit(params, data, key, learning_rate, n_epochs, batch_size, k, monitor=True
         return p, (err, fe)
 
     params, (err, fe) = jax.lax.scan(epoch, params, jax.random.split(key, n_epochs))
-    return params, CDTrace(reconstruction_error=err, free_energy=fe)
+    return params, fe, FitExtras(reconstruction_error=err)
 
 
 def fit(params: Params, data, *, key, n_epochs: int = 10, batch_size: int = 32,
-        learning_rate: float = 0.05, k: int = 1, monitor: bool = True) -> tuple[Params, CDTrace]:
+        learning_rate: float = 0.05, k: int = 1, monitor: bool = True) -> core.FitResult:
     r"""Train by CD-k with plain stochastic gradient ascent, :math:`\theta \leftarrow \theta + \eta \hat g_k` (§23.8).
 
     Each epoch shuffles the data, splits it into ``N // batch_size``
@@ -722,14 +720,19 @@ def fit(params: Params, data, *, key, n_epochs: int = 10, batch_size: int = 32,
       key: a ``jax.random`` key (shuffling and Gibbs sampling).
       n_epochs, batch_size, k: integers ``>= 1``; ``batch_size <= N``.
       learning_rate: :math:`\eta > 0`.
-      monitor: compute the per-epoch diagnostics of :class:`CDTrace`. They
+      monitor: compute the per-epoch diagnostics (``energies`` and
+        :class:`FitExtras`). They
         pass over the whole data set after each epoch, and in float64 that
         pass costs about twice the epoch itself (18k x 64 digits, 256 hidden:
-        ~4.6M sigmoids and log-sum-exps); with ``False`` both trace fields are
-        ``None`` and the parameters are identical.
+        ~4.6M sigmoids and log-sum-exps); with ``False`` both are ``None``
+        and the parameters are identical.
 
     Returns:
-      ``(params, trace)`` with trace a :class:`CDTrace` of per-epoch diagnostics.
+      :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
+      ``energies``, ``(n_epochs,)``, the mean free energy :math:`F(v)` of the
+      training data after each epoch (CD-k does not descend it exactly: it is
+      a diagnostic); ``n_iter = n_epochs``; ``converged = None`` (a fixed
+      number of epochs); ``extras`` a :class:`FitExtras`.
 
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
@@ -749,8 +752,8 @@ def fit(params: Params, data, *, key, n_epochs: int = 10, batch_size: int = 32,
         raise ValueError(f"learning_rate must be finite and > 0; got {learning_rate!r}")
     if not isinstance(monitor, (bool, np.bool_)):
         raise ValueError(f"monitor must be a bool; got {monitor!r}")
-    out = _fit(Params(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
-               n_epochs, batch_size, k, bool(monitor))
-    _validate.require_finite("rbm.fit", out, steps=out[1].free_energy if monitor else None,
-                        hint="lower learning_rate")
+    p, fe, extras = _fit(Params(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
+                         n_epochs, batch_size, k, bool(monitor))
+    out = core.FitResult(p, fe, n_epochs, None, extras)
+    _validate.require_finite("rbm.fit", out, steps=fe, hint="lower learning_rate")
     return out

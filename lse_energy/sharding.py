@@ -199,7 +199,7 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
       key, max_iter, tol, reg_covar: as in :func:`lse_energy.gmm.fit`.
 
     Returns:
-      ``(params, energies)`` as :func:`lse_energy.gmm.fit`.
+      :class:`~lse_energy.core.FitResult` as :func:`lse_energy.gmm.fit`.
 
     Raises:
       ValueError: as :func:`lse_energy.gmm.fit`, also when a covariance stops

@@ -52,7 +52,6 @@ Array = jax.Array
 
 __all__ = [
     "Params",
-    "FitResult",
     "residuals",
     "sim",
     "energy",
@@ -93,20 +92,6 @@ class Params(NamedTuple):
     A: Array
     b: Array
     covariances: Array
-
-
-class FitResult(NamedTuple):
-    r"""Output of :func:`fit`; unpacks as ``params, trace = fit(...)``.
-
-    Attributes:
-      params: the fitted :class:`Params`.
-      trace: ``(n_iter + 1,)`` the objective (:func:`objective`) at the initial
-        parameters and after every EM step. With ``reg_covar=0`` it is the
-        energy (17) itself. EM guarantees it never increases.
-    """
-
-    params: Params
-    trace: Array
 
 
 # ---------------------------------------------------------------------------
@@ -553,8 +538,8 @@ def _fit_one(params0, x, tol, reg_covar, max_iter, report_every=0):
         done = (tr[i] - e) <= tol * T1
         return i + 1, new, tr, done
 
-    n, params, trace, _ = jax.lax.while_loop(cond, body, (0, params0, trace, False))
-    return params, trace, n
+    n, params, trace, done = jax.lax.while_loop(cond, body, (0, params0, trace, False))
+    return params, trace, n, done
 
 
 def _fit_many_body(keys, x, tol, reg_covar, n_components, max_iter, report_every=0):
@@ -575,7 +560,7 @@ def fit(
     n_init: int = 4,
     reg_covar: float = 1e-6,
     progress: bool = False,
-) -> FitResult:
+) -> core.FitResult:
     r"""Fit :math:`K` modes to a trajectory by EM on the normalised energy (17).
 
     Each of ``n_init`` restarts starts from :func:`init_params` with its own
@@ -601,8 +586,10 @@ def fit(
         with ``progress=False`` to round-off (see ``lse_energy._progress``).
 
     Returns:
-      :class:`FitResult` ``(params, trace)`` with the objective before and
-      after every EM step of the chosen restart.
+      :class:`~lse_energy.core.FitResult`: the chosen restart's :class:`Params`,
+      its objective before and after every EM step (``energies``, ``n_iter + 1``
+      values), ``n_iter`` and ``converged`` (the ``tol`` rule stopped it); no
+      ``extras``.
 
     Raises:
       ValueError: invalid arguments, or every restart broke down (a mode lost
@@ -618,7 +605,7 @@ def fit(
     _validate.nonnegative("tol", tol)
     keys = jax.random.split(key, int(n_init))
     with _progress.bar(progress, int(max_iter), f"SLDS EM ({int(n_init)} restarts)") as every:
-        params, traces, ns = jax.block_until_ready(_fit_many(
+        params, traces, ns, done = jax.block_until_ready(_fit_many(
             keys, x, jnp.asarray(tol, x.dtype), jnp.asarray(reg_covar, x.dtype),
             n_components=int(n_components), max_iter=int(max_iter), report_every=every,
         ))
@@ -632,7 +619,8 @@ def fit(
         raise ValueError("every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger reg_covar")
     best = int(np.argmin(np.where(ok, final, np.inf)))
     chosen = jax.tree_util.tree_map(lambda a: a[best], params)
-    return FitResult(chosen, traces[best, : ns[best] + 1])
+    n_iter = int(ns[best])
+    return core.FitResult(chosen, traces[best, : n_iter + 1], n_iter, bool(done[best]))
 
 
 def predict(params: Params, x, *, normalised: bool = True) -> Array:

@@ -72,7 +72,7 @@ __all__ = [
     "procrustes_w_q",
     "unconstrained_m_steps",
     "MStepTrace",
-    "FitTrace",
+    "FitExtras",
     "fit",
     "fourier_features",
     "init_slots",
@@ -551,10 +551,11 @@ def unconstrained_m_steps(params: Params, x, mu, a, *, n_steps: int):
     return _alternate(params, x, mu, a, int(n_steps))
 
 
-class FitTrace(NamedTuple):
-    r"""Traces of :func:`fit`, one row per EM iteration.
+class FitExtras(NamedTuple):
+    r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`: the slots and the traces, one row per EM iteration.
 
     Attributes:
+      mu: ``(K, d)`` slots after the last E-step.
       free_energy: ``(n_steps, n_e_steps + 2)`` values of :math:`F_\lambda`: before the
         E-step, after each of its CCCP updates, and after the M-step.
       surrogate_before: ``(n_steps,)`` :math:`L` at the E-step's :math:`A, \mu`
@@ -564,6 +565,7 @@ class FitTrace(NamedTuple):
       norm_w_q: ``(n_steps,)`` Frobenius norm of :math:`W_Q` after the M-step.
     """
 
+    mu: Array
     free_energy: Array
     surrogate_before: Array
     surrogate_after: Array
@@ -595,7 +597,7 @@ def _fit(params, x, mu, lam, prox, n_steps, n_e_steps, m_step, report_every=0):
                                 jnp.linalg.norm(w_q))
 
     (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_steps))
-    return p, m, FitTrace(*out)
+    return p, FitExtras(m, *out)
 
 
 def fit(params: Params, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float = 1.0,
@@ -626,7 +628,11 @@ def fit(params: Params, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float =
     ``lse_energy._progress``).
 
     Returns:
-      ``(params, mu, FitTrace)``.
+      :class:`~lse_energy.core.FitResult`: the fitted :class:`Params`;
+      ``energies``, ``(n_steps + 1,)``, :math:`F_\lambda` before the first
+      iteration and after each M-step; ``n_iter = n_steps``;
+      ``converged = None`` (a fixed number of iterations); ``extras`` a
+      :class:`FitExtras` with the slots and the step-by-step traces.
 
     Raises:
       ValueError: on bad arguments, or when the run diverged (a non-finite
@@ -646,9 +652,12 @@ def fit(params: Params, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float =
         if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
             raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
     with _progress.bar(progress, int(n_steps), f"slot-attention EM ({m_step})") as every:
-        out = jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype), jnp.asarray(prox, x.dtype),
-                                         int(n_steps), int(n_e_steps), m_step, every))
-    _validate.require_finite("slot_attention.fit", out, steps=out[2].free_energy,
+        p, extras = jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype),
+                                               jnp.asarray(prox, x.dtype), int(n_steps), int(n_e_steps),
+                                               m_step, every))
+    energies = jnp.concatenate([extras.free_energy[:1, 0], extras.free_energy[:, -1]])
+    out = core.FitResult(p, energies, int(n_steps), None, extras)
+    _validate.require_finite("slot_attention.fit", out, steps=extras.free_energy,
                         hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps")
     return out
 

@@ -237,25 +237,12 @@ def test_one_step_retrieval_of_separated_patterns(seed):
 
 def test_validation():
     m, x = instance(0)
-    for bad in [0.0, -1.0, np.inf, np.nan]:
-        with pytest.raises(ValueError, match="beta"):
-            hopfield.update(m, x, beta=bad)
-        with pytest.raises(ValueError, match="beta"):
-            hopfield.energy(m, x, beta=bad)
     with pytest.raises(ValueError, match="queries"):
         hopfield.update(m, x[:, :3], beta=1.0)
     with pytest.raises(ValueError, match="memories"):
         hopfield.update(m[0], x, beta=1.0)
-    with pytest.raises(ValueError, match="queries"):
-        hopfield.energy(m, x.at[0, 0].set(jnp.nan), beta=1.0)
     with pytest.raises(ValueError, match="memories"):
         hopfield.grad_memories(m.at[1, 1].set(jnp.inf), x, beta=1.0)
-    with pytest.raises(ValueError, match="steps"):
-        hopfield.retrieve(m, x, beta=1.0, n_steps=-1)
-    with pytest.raises(ValueError, match="steps"):
-        hopfield.retrieve(m, x, beta=1.0, n_steps=2.5)
-    with pytest.raises(ValueError, match="anchor"):
-        hopfield.cccp_surrogate(m, x, x[:2], beta=1.0)
     with pytest.raises(ValueError, match="patterns"):
         hopfield.classical_store(jnp.array([[1.0, 0.5]]))
     w = hopfield.classical_store(jnp.array([[1.0, -1.0, 1.0]]))

@@ -153,3 +153,84 @@ def test_api_reference_documents_every_public_module():
     order = [m.name for m in MODELS]
     positions = [text.index(f".. automodule:: lse_energy.{name}\n") for name in order]
     assert positions == sorted(positions)
+
+
+# --- one result type for every fit --------------------------------------------------------------
+
+
+def _fits():
+    """Every public fit in the package, each as a small call (name -> thunk)."""
+    import optax
+
+    from lse_energy import diffusion, gmm, mixture_pc, pcn, rbm, sharding, slds, slot_attention
+    from lse_energy.experiments import diffusion_mlp
+
+    rng = np.random.default_rng(0)
+    x2 = jnp.asarray(rng.normal(size=(12, 2)))
+    traj = jnp.asarray(np.cumsum(rng.normal(size=(16, 2)), axis=0) * 0.3)
+    key = jax.random.key(0)
+    sgd = optax.sgd(1e-2)
+    gp = gmm.init_params(x2, 2, key=key)
+    shift = jnp.mean(x2, axis=0)
+    r = rbm.init_params(3, 2, key=key, scale=0.5)
+    binary = jnp.asarray((rng.random((6, 3)) < 0.5).astype(float))
+    sp = slot_attention.Params(jnp.eye(2), jnp.eye(2))
+    return {
+        "gmm.fit": lambda: gmm.fit(x2, 2, key=key, max_iter=3, tol=0.0),
+        "gmm.em": lambda: gmm.em(gp, gmm.sufficient_statistics, (x2, shift), n=12, shift=shift, max_iter=3,
+                                  tol=0.0),
+        "sharding.sharded_fit": lambda: sharding.sharded_fit(x2, 2, sharding.data_mesh(1), key=key, max_iter=3,
+                                                                tol=0.0),
+        "slds.fit": lambda: slds.fit(traj, 2, key=key, max_iter=3, n_init=2, tol=0.0),
+        "mixture_pc.fit": lambda: mixture_pc.fit(mixture_pc.init_params(1, 3, 2, key=key), x2,
+                                                 jnp.zeros((2, 1)), optimizer=sgd, n_rounds=3,
+                                                 infer_steps=2, learn_steps=2),
+        "slot_attention.fit": lambda: slot_attention.fit(sp, x2, x2[:3], n_steps=3),
+        "rbm.fit": lambda: rbm.fit(r, binary, key=key, n_epochs=3, batch_size=3),
+        "pcn.fit": lambda: pcn.fit(pcn.init_params((2, 3, 2), key=key), x2, x2, key=key, optimizer=sgd,
+                                   n_epochs=3, batch_size=4, infer_steps=2),
+        "diffusion_mlp.fit": lambda: diffusion_mlp.fit(diffusion_mlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
+                                                       x2, diffusion.linear_schedule(8), sgd, key=key, n_steps=3,
+                                                       batch_size=4),
+    }
+
+
+def test_every_fit_is_listed():
+    """Each public ``fit`` (and the EM loops ``gmm.em``, ``sharding.sharded_fit``) is in ``_fits``."""
+    import lse_energy.experiments
+
+    found = set()
+    for pkg in (lse_energy, lse_energy.experiments):
+        for info in pkgutil.iter_modules(pkg.__path__):
+            module = importlib.import_module(f"{pkg.__name__}.{info.name}")
+            for name in getattr(module, "__all__", []):
+                if name in ("fit", "em", "sharded_fit"):
+                    found.add(f"{info.name}.{name}")
+    assert found == set(_fits())
+
+
+@pytest.mark.parametrize("name", sorted(_fits()))
+def test_every_fit_returns_one_result_type(name):
+    """``core.FitResult``: params of the model's type, an energy per iteration, ``n_iter`` an int,
+    ``converged`` a bool exactly where the loop has a stopping rule (a ``max_iter`` argument)."""
+    import inspect
+
+    from lse_energy import core
+
+    out = _fits()[name]()
+    assert type(out) is core.FitResult
+    assert type(out.params).__name__ == "Params"
+    assert isinstance(out.n_iter, int) and not isinstance(out.n_iter, bool) and out.n_iter == 3
+    energies = np.asarray(out.energies)
+    assert np.all(np.isfinite(energies))
+    module, fn = name.split(".")
+    mod = importlib.import_module(f"lse_energy.{module}" if module != "diffusion_mlp"
+                                  else "lse_energy.experiments.diffusion_mlp")
+    has_rule = "max_iter" in inspect.signature(getattr(mod, fn)).parameters
+    if has_rule:
+        # tol = 0 never stops a loop early: it runs out of iterations.
+        assert out.converged is False and energies.shape == (out.n_iter + 1,)
+    else:
+        assert out.converged is None and energies.shape[0] in (out.n_iter, out.n_iter + 1)
+    if out.extras is not None:
+        assert type(out.extras).__name__ == "FitExtras" and hasattr(out.extras, "_fields")

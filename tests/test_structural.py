@@ -113,14 +113,8 @@ def test_multihop_validation():
     P = jnp.full((3, 3), 1 / 3)
     with pytest.raises(ValueError, match="variant"):
         multihop.hop_matrix(P, variant="both")
-    with pytest.raises(ValueError, match="square"):
-        multihop.hop_matrix(jnp.full((3, 4), 0.25))
     with pytest.raises(ValueError, match="same number of rows"):
         multihop.attend(jnp.ones((3, 2)), jnp.ones((4, 2)), jnp.ones((4, 1)))
-    with pytest.raises(ValueError, match="v must"):
-        multihop.attend(jnp.ones((3, 2)), jnp.ones((3, 2)), jnp.ones((4, 1)))
-    with pytest.raises(ValueError, match="params"):
-        multihop.attention((1, 2, 3), jnp.ones((3, 2)))
     with pytest.raises(ValueError, match="wv"):
         multihop.attention(multihop.Params(jnp.ones((2, 2)), jnp.ones((2, 2)), jnp.ones((1, 3))), jnp.ones((3, 2)))
 
@@ -181,7 +175,7 @@ def test_geometric_energy_brute_force():
 
 
 def test_geometric_validation():
-    with pytest.raises(ValueError, match="q must"):
+    with pytest.raises(ValueError, match="q must lie strictly between 0 and 1"):
         expanding.log_prior(jnp.asarray(1.0), 3)
     with pytest.raises(ValueError, match="eps"):
         expanding.window_size(jnp.asarray(0.5), 1.5)
@@ -405,22 +399,12 @@ def test_expanding_is_differentiable():
 
 def test_expanding_validation():
     q, k, v = _expanding_inputs(0, batch=(2,), n=5)
-    with pytest.raises(ValueError, match="alpha0"):
-        expanding.attend(q, k, v, alpha0=0.0)
     with pytest.raises(ValueError, match="beta0"):
         expanding.attend(q, k, v, beta0=-1.0)
-    with pytest.raises(ValueError, match="eps"):
-        expanding.attend(q, k, v, eps=0.0)
     with pytest.raises(ValueError, match="tol"):
         expanding.attend(q, k, v, tol=0.0)
-    with pytest.raises(ValueError, match="max_steps"):
-        expanding.attend(q, k, v, max_steps=-1)
     with pytest.raises(ValueError, match="feature"):
         expanding.attend(q[:, :3], k, v)
-    with pytest.raises(ValueError, match="v must"):
-        expanding.attend(q, k, v[:, :4])
-    with pytest.raises(ValueError, match="mask"):
-        expanding.attend(q, k, v, mask=jnp.zeros((2, 5), bool))
     with pytest.raises(ValueError, match="k must be finite"):
         expanding.attend(q, k.at[0, 0, 0].set(jnp.nan), v)
 

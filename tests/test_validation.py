@@ -1262,3 +1262,54 @@ def test_integer_data_is_cast_exactly(fn, make, arg):
     as_float = fn(**{**kwargs, arg: jnp.asarray(ints, jnp.float64)})
     assert jnp.issubdtype(as_int.dtype, jnp.floating)
     np.testing.assert_array_equal(np.asarray(as_int), np.asarray(as_float))
+
+
+def _module_raises():
+    """``(file, line, qualified function, match)`` for every ``pytest.raises(..., match=...)`` in
+    the per-module test files, the called function resolved through the file's imports."""
+    import ast
+    import pathlib
+
+    out = []
+    skip = {"test_validation.py", "test_registry.py", "test_core.py", "test_benchmarks.py"}
+    for path in sorted(pathlib.Path(__file__).parent.glob("test_*.py")):
+        if path.name in skip:
+            continue
+        tree = ast.parse(path.read_text())
+        alias = {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("lse_energy"):
+                for a in node.names:
+                    alias[a.asname or a.name] = f"{node.module}.{a.name}"
+            elif isinstance(node, ast.Import):
+                for a in node.names:
+                    alias[a.asname or a.name] = a.name
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.With):
+                continue
+            ctx = node.items[0].context_expr
+            if not (isinstance(ctx, ast.Call) and ast.unparse(ctx.func) == "pytest.raises"):
+                continue
+            match = [k.value for k in ctx.keywords if k.arg == "match" and isinstance(k.value, ast.Constant)]
+            calls = [n for n in ast.walk(ast.Module(body=node.body, type_ignores=[])) if isinstance(n, ast.Call)]
+            if not match or not calls:
+                continue
+            name = ast.unparse(calls[0].func)
+            head, _, rest = name.partition(".")
+            out.append((path.name, node.lineno, f"{alias.get(head, head)}.{rest}", match[0].value))
+    return out
+
+
+def test_no_module_test_repeats_a_registry_case():
+    """A bad input the registry checks (the same function, and a registry message that the
+    per-module ``match`` finds) is not tested again per module."""
+    registry = {}
+    for case in CASES:
+        registry.setdefault(f"{case.fn.__module__}.{case.fn.__name__}", []).append(case.match.replace("\\", ""))
+    repeats = []
+    for file, line, fn, match in _module_raises():
+        for message in registry.get(fn, []):
+            if re.search(match, message):
+                repeats.append(f"{file}:{line} {fn} {match!r} (registry: {message!r})")
+                break
+    assert not repeats, "\n".join(repeats)

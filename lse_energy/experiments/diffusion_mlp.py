@@ -21,13 +21,13 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lse_energy import _validate, diffusion
+from lse_energy import _validate, core, diffusion
 
 Array = jax.Array
 
 __all__ = [
     "Params",
-    "FitResult",
+    "FitExtras",
     "time_embedding",
     "init_params",
     "epsilon",
@@ -64,18 +64,14 @@ class Params(NamedTuple):
     biases: tuple
 
 
-class FitResult(NamedTuple):
-    """Result of :func:`fit`.
+class FitExtras(NamedTuple):
+    """The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`.
 
     Attributes:
-      params: the trained :class:`Params`.
       opt_state: the optimizer state (pass it back to continue training).
-      losses: ``(n_steps,)`` minibatch simplified loss before each step.
     """
 
-    params: Params
     opt_state: object
-    losses: Array
 
 
 def time_embedding(t, n_steps: int, n_freqs: int) -> Array:
@@ -212,7 +208,7 @@ def _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
 
 
 def fit(params: Params, data, schedule, optimizer, *, key, n_steps: int,
-            batch_size: int = 256, opt_state=None) -> FitResult:
+            batch_size: int = 256, opt_state=None) -> core.FitResult:
     r"""Train :func:`epsilon` with the notes' training algorithm: each step draws a
     minibatch of training points (with replacement), :math:`t \sim \mathcal{U}\{1..T\}`,
     :math:`\epsilon \sim \mathcal{N}(0, I)`, and takes one optimizer step on
@@ -230,7 +226,10 @@ def fit(params: Params, data, schedule, optimizer, *, key, n_steps: int,
       opt_state: optimizer state to continue from (``None``: ``optimizer.init(params)``).
 
     Returns:
-      :class:`FitResult`.
+      :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
+      ``energies``, ``(n_steps,)``, the minibatch simplified loss before each
+      step; ``n_iter = n_steps``; ``converged = None``; ``extras`` a
+      :class:`FitExtras` holding the optimizer state.
 
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
@@ -249,7 +248,7 @@ def fit(params: Params, data, schedule, optimizer, *, key, n_steps: int,
     if opt_state is None:
         opt_state = optimizer.init(params)
     p, s, losses = _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
-    out = FitResult(params=p, opt_state=s, losses=losses)
+    out = core.FitResult(p, losses, n_steps, None, FitExtras(opt_state=s))
     _validate.require_finite("fit", out, steps=losses, hint="lower the optimizer's learning rate")
     return out
 
