@@ -1,5 +1,6 @@
 """Sessions: `nox -s book` renders the book, `nox -s tests` runs every test, `nox -s portability`
-re-runs the notebooks as on older CPUs, `nox -s bench` times the peers."""
+re-runs the notebooks as on older CPUs, `nox -s bench` times the peers, `nox -s experiments` runs
+the full-size experiments the chapters plot from book/data/."""
 
 import os
 import pathlib
@@ -90,6 +91,14 @@ def portability(session):
         flags = f"{FAST_COMPILE['XLA_FLAGS']} --xla_cpu_max_isa={isa}"
         session.run("pytest", "book", *NBVAL, *WORKERS, *session.posargs,
                     env={**_kernel_env(session), "XLA_FLAGS": flags})
+
+
+@nox.session
+def experiments(session):
+    """Full-size runs too heavy for a live chapter; results (JSON with settings and commit) go to book/data/."""
+    session.install("-e", ".[book,test]")
+    session.run("python", "-m", "lse_energy.experiments.full_runs", "--out", "book/data", *session.posargs,
+                env=ENV)
 
 
 @nox.session
