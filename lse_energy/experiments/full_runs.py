@@ -33,7 +33,7 @@ from lse_energy.experiments import structural_tasks as toy
 __all__ = ["FIG2", "FIG3", "PLATEAU_TOL", "plateau", "fig2", "fig3", "main"]
 
 #: Fig. 2, multi-hop task: every model of :data:`structural_tasks.TOY_MODELS`.
-FIG2 = dict(seeds=list(range(5)), n_steps=3000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
+FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
             learning_rate=1e-2)
 #: Fig. 3, expanding task: trained at every dimension in ``ds`` (``rank = d // 2``, ``d_k = d``).
 FIG3 = dict(seeds=list(range(5)), ps=[1 / 2, 1 / 5, 1 / 10, 1 / 25], ds=[10, 50, 75], n_steps=2000, batch=32,
@@ -64,9 +64,10 @@ def plateau(curves) -> dict:
 def _blocks(curves) -> dict:
     """Median, min and max over seeds (axis -2) of ``_BLOCKS`` block means of the steps."""
     c = np.asarray(curves, dtype=float)
-    n = c.shape[-1] - c.shape[-1] % _BLOCKS
-    b = c[..., :n].reshape(*c.shape[:-1], _BLOCKS, n // _BLOCKS).mean(-1)
-    return dict(step=((np.arange(_BLOCKS) + 0.5) * n / _BLOCKS).tolist(), median=np.median(b, -2).tolist(),
+    k = min(_BLOCKS, c.shape[-1])
+    n = c.shape[-1] - c.shape[-1] % k
+    b = c[..., :n].reshape(*c.shape[:-1], k, n // k).mean(-1)
+    return dict(step=((np.arange(k) + 0.5) * n / k).tolist(), median=np.median(b, -2).tolist(),
                 min=b.min(-2).tolist(), max=b.max(-2).tolist())
 
 
