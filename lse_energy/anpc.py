@@ -389,14 +389,15 @@ def grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     -k_{ij}\varepsilon_{ij}` and :math:`\partial\,\mathrm{sim}_{ij}/\partial
     x_j = k_{ij}\varepsilon_{ij} w_{ij} f'(x_j)`.
 
-    **Corrections to §4.4 as printed.** (i) The softmax is over
-    :math:`-\frac12 k\varepsilon^2`, not :math:`-\frac12\varepsilon^2`: the
-    two agree only at unit precision. (ii) The feedback term carries
-    :math:`f'(x_i)` (§4.4 writes the linear case). (iii) The text says
-    "neuron :math:`\phi_i`" and sums over pre-/post-synaptic *terminals*;
-    the softmax in the second sum is that of the postsynaptic neuron
-    :math:`l`, over *its* incoming synapses, not a softmax over neuron
-    :math:`i`'s outgoing synapses.
+    **How this reads §4.4 as transcribed.** (i) The softmax is over
+    :math:`-\frac12 k\varepsilon^2`; the transcription shows
+    :math:`-\varepsilon^2` with its symbols partly lost, and the two agree at
+    unit precision (a lost :math:`\frac12 k` would make it this form), so this
+    is a reading, not a correction. (ii) The feedback term carries
+    :math:`f'(x_i)` (§4.4 writes the linear case). (iii) The softmax in the
+    second sum is that of the postsynaptic neuron :math:`l`, over *its*
+    incoming synapses, as the seed's words ("a normalisation across prediction
+    errors received by a neuron") say.
 
     Arguments as in :func:`energy`.
 
@@ -416,9 +417,12 @@ def standard_grad_x(params: Params, x, precisions=None, *,
               = -\sum_{j \in \mathrm{pre}(i)} k_{ij}\,\varepsilon_{ij}
                 + f'(x_i) \sum_{l \in \mathrm{post}(i)} k_{li}\,\varepsilon_{li}\, w_{li}
 
-    (Bogacz 2017; Whittington & Bogacz 2017), i.e. :func:`grad_x` with
-    every :math:`\alpha = 1`. Its equilibrium for a neuron whose inputs are
-    clamped is the precision-weighted mean of the predictions it receives.
+    i.e. :func:`grad_x` with every :math:`\alpha = 1`: one Gaussian per
+    synapse, not the one Gaussian per neuron around the summed prediction of
+    Bogacz (2017). For a neuron whose inputs are clamped and which has no
+    outgoing synapse, its equilibrium is the precision-weighted mean of the
+    predictions it receives (an outgoing synapse adds a feedback term that
+    shifts it).
 
     Returns:
       ``(..., N)``.
