@@ -203,17 +203,16 @@ def test_attend_matches_numpy_float64(seed, masked):
                                rtol=1e-12, atol=1e-13)
 
 
-def test_jax_dot_product_attention_is_not_a_float64_oracle():
-    # jax.nn.dot_product_attention returns float64 but computes its softmax in float32.
+def test_attend_agrees_with_jax_dot_product_attention():
+    # The peer's agreement bound only: its float64 accuracy is its own business (today it keeps the
+    # softmax in float32), so nothing here asserts how inaccurate it is.
     ks = jax.random.split(jax.random.key(40), 3)
     q, k, v = _normal(ks[0], (1, 6, 2, 8)), _normal(ks[1], (1, 9, 2, 8)), _normal(ks[2], (1, 9, 2, 8))
     out = jax.nn.dot_product_attention(q, k, v)
-    assert out.dtype == jnp.float64
     ref = _bnth(_numpy_attention(_bnth(q), _bnth(k), _bnth(v), 1 / np.sqrt(8)))
     err_jax = np.max(np.abs(np.asarray(out) - ref))
     err_ours = np.max(np.abs(np.asarray(_bnth(A.attend(_bnth(q), _bnth(k), _bnth(v)))) - ref))
-    assert err_jax > 1e-9  # float32 round-off, far above float64's
-    assert err_ours < 1e-13
+    assert err_jax < 1e-5 and err_ours < 1e-13
 
 
 def test_attend_is_expectation_over_edge_structures():
