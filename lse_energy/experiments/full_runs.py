@@ -28,9 +28,10 @@ import numpy as np
 import optax
 
 from lse_energy import _validate, expanding
+from lse_energy.experiments import authors_multihop
 from lse_energy.experiments import structural_tasks as toy
 
-__all__ = ["FIG2", "FIG3", "PLATEAU_TOL", "plateau", "fig2", "fig3", "main"]
+__all__ = ["FIG2", "FIG3", "AUTHORS", "PLATEAU_TOL", "plateau", "fig2", "fig3", "authors", "main"]
 
 #: Fig. 2, multi-hop task: every model of :data:`structural_tasks.TOY_MODELS`.
 FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
@@ -38,6 +39,9 @@ FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=1
 #: Fig. 3, expanding task: trained at every dimension in ``ds`` (``rank = d // 2``, ``d_k = d``).
 FIG3 = dict(seeds=list(range(5)), ps=[1 / 2, 1 / 5, 1 / 10, 1 / 25], ds=[10, 50, 75], n_steps=2000, batch=32,
             n=128, strength=3.0, max_steps=60, learning_rate=2e-2)
+#: Fig. 2 as the authors' public code defines it (:mod:`.authors_multihop`), at their sizes and seeds count.
+AUTHORS = dict(seeds=list(range(10)), models=["standard", "multihop", "multihop_paper"], n_steps=20000, batch=200,
+               lr=1e-3, weight_decay=2.0, record_every=1000, target="code")
 #: Largest change of the median training loss between the last two tenths of a run.
 PLATEAU_TOL = 0.02
 _BLOCKS = 100  # curves are stored as this many block means
@@ -121,19 +125,35 @@ def fig3(settings: dict = FIG3, *, progress: bool = False) -> dict:
     return out
 
 
+def authors(settings: dict = AUTHORS) -> dict:
+    """The authors' Fig. 2 task for every model and seed: test MSE, weight on each token kind and the
+    recorded training loss (every ``record_every`` steps), per seed; same tasks and data for every model."""
+    s = dict(settings)
+    t0 = time.perf_counter()
+    out = dict(settings=s, **_provenance(), models={})
+    for m in s["models"]:
+        runs = authors_multihop.run_seeds(s["seeds"], model=m, n_steps=s["n_steps"], batch=s["batch"], lr=s["lr"],
+                                          weight_decay=s["weight_decay"], record_every=s["record_every"],
+                                          target=s["target"])
+        out["models"][m] = [{k: r[k] for k in ("test_mse", "test_nmse", "var_y", "weights", "recorded_steps",
+                                                "recorded_loss")} for r in runs]
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
 def main(argv=None) -> None:
-    """Command line: ``--out DIR`` (default ``book/data``), ``--only fig2|fig3``, ``--progress``."""
+    """Command line: ``--out DIR`` (default ``book/data``), ``--only fig2|fig3|authors``, ``--progress``."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="book/data")
-    parser.add_argument("--only", choices=("fig2", "fig3"))
+    parser.add_argument("--only", choices=("fig2", "fig3", "authors"))
     parser.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
     jax.config.update("jax_enable_x64", True)
     out = pathlib.Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    for name, fn in (("fig2", fig2), ("fig3", fig3)):
+    for name, fn in (("fig2", fig2), ("fig3", fig3), ("authors", authors)):
         if args.only in (None, name):
-            result = fn(progress=args.progress)
+            result = fn() if name == "authors" else fn(progress=args.progress)
             (out / f"structural_{name}.json").write_text(json.dumps(result, indent=1) + "\n")
             print(f"{name}: {result['seconds']:.0f} s -> {out / f'structural_{name}.json'}")
 
