@@ -121,3 +121,66 @@ def test_attention_update_descends_with_the_beta_half_regulariser(beta):
         rises_wrong += bool(np.any(np.diff(wrong) > 1e-10 * np.abs(wrong[:-1])))
     assert rises_right == 0
     assert rises_wrong > 0
+
+
+def _mean_field_by_hand(s, alpha, beta, eps, tol, max_steps):
+    """Steps 1-3 of prop-meanfield written out in plain Python floats (math, no arrays)."""
+    import math
+
+    n = len(s)
+    qs = []
+    for t in range(max_steps + 1):
+        q = alpha / (alpha + beta)  # step 1
+        qs.append(q)
+        if t == max_steps or (t > 0 and abs(qs[-1] - qs[-2]) < tol):
+            break
+        H = min(math.ceil(math.log(eps) / math.log(1.0 - q)), n)  # the window H(q_t)
+        logits = [s[i] + math.log(q) + i * math.log(1.0 - q) for i in range(H)]
+        top = max(logits)
+        w = [math.exp(z - top) for z in logits]
+        m = sum(i * wi for i, wi in enumerate(w)) / sum(w)  # step 2, its mean distance
+        alpha, beta = alpha + 1.0, beta + m  # step 3 (accumulating, as printed)
+    return qs
+
+
+def test_expanding_mean_field_sweep_is_the_proposition():
+    """prop-meanfield, steps 1-3: on 100 random queries the q_t trace of expanding.attend equals
+    the sweep written out by hand in plain Python floats (window, softmax and Beta update)."""
+    from lse_energy import expanding
+
+    rng = np.random.default_rng(20)
+    for n, d, eps, steps in ((6, 2, 0.05, 12), (17, 3, 0.01, 25), (30, 5, 0.002, 40), (40, 1, 0.1, 8)):
+        B = N_INSTANCES // 4  # one batched call per shape
+        q, k = rng.normal(size=(B, d)), rng.normal(size=(B, n, d)) * rng.uniform(0.2, 2.0, size=(B, 1, 1))
+        alpha0, beta0 = rng.uniform(0.5, 3.0, size=B), rng.uniform(0.5, 3.0, size=B)
+        res = expanding.attend(q, k, np.zeros((B, n, 1)), alpha0=alpha0, beta0=beta0, eps=eps, tol=1e-4,
+                               max_steps=steps, scale=1.0)
+        for b in range(B):
+            by_hand = _mean_field_by_hand(list(k[b] @ q[b]), float(alpha0[b]), float(beta0[b]), eps, 1e-4, steps)
+            T = int(res.iterations[b])
+            assert T == len(by_hand) - 1
+            np.testing.assert_allclose(np.asarray(res.q_trace[b])[: T + 1], by_hand, rtol=1e-12)
+
+
+def test_expanding_energy_gradients_are_the_proposition():
+    """prop-meanfield, the gradients: dE/ds_i = -p_i and dE/dq = -(1/q - m/(1-q)) against jax.grad of
+    the energy written independently, E = -ln sum_{i<H} q (1-q)^i e^{s_i}, on 100 random instances."""
+    import jax.numpy as jnp
+
+    from lse_energy import expanding
+
+    jax.config.update("jax_enable_x64", True)
+
+    def energy(s, q, H):
+        i = jnp.arange(H)
+        return -jnp.log(jnp.sum(q * (1.0 - q) ** i * jnp.exp(s[:H])))  # one query: s (n,), q scalar
+
+    rng = np.random.default_rng(21)
+    n = 12
+    for H in (1, 5, 12):  # one compiled batch per window
+        B = -(-N_INSTANCES // 3)
+        s = jnp.asarray(rng.normal(size=(B, n)) * 2)
+        q = jnp.asarray(rng.uniform(0.02, 0.98, size=B))
+        gs, gq = jax.vmap(jax.grad(energy, argnums=(0, 1)), in_axes=(0, 0, None))(s, q, H)
+        np.testing.assert_allclose(expanding.grad_sims(s, q, window=H), gs, rtol=1e-12, atol=1e-15)
+        np.testing.assert_allclose(expanding.grad_q(s, q, window=H), gq, rtol=1e-10)
