@@ -153,3 +153,53 @@ def test_float32_roundoff_rule_catches_the_old_chapter_5():
          "outputs": [{"output_type": "stream", "text": ["3.6e-07\n"]}]},
     ]}
     assert float32_roundoff_prints(nb) == ["cell 0: float32 cell prints 0.0e+00", "cell 1: prints decade(...)"]
+
+
+# A proposition's block, or the prose after it up to the next proposition, names the test that
+# checks it: `tests/test_x.py::test_name` (CONTRIBUTING, "Independent checks").
+_CLAIM = r"```\{prf:(?:proposition|theorem|lemma|corollary)\}"
+_TEST_REF = r"`(tests/test_\w+\.py)::(\w+)`"
+
+
+def _claims_and_tests(path):
+    """``[(first line of the claim, [(file, function), ...]), ...]`` for one notebook."""
+    import re
+
+    cells = json.loads(path.read_text())["cells"]
+    text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+    starts = [m.start() for m in re.finditer(_CLAIM, text)]
+    out = []
+    for i, start in enumerate(starts):
+        chunk = text[start: starts[i + 1] if i + 1 < len(starts) else len(text)]
+        out.append((chunk.splitlines()[0], re.findall(_TEST_REF, chunk)))
+    return out
+
+
+def _test_functions(file):
+    import ast
+
+    tree = ast.parse((ROOT / file).read_text())
+    return {n.name for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_proposition_names_its_test(path):
+    """Each prf:proposition/theorem/lemma/corollary is followed, before the next one, by a
+    reference to an existing test function in ``tests/``."""
+    for claim, refs in _claims_and_tests(path):
+        assert refs, f"{path.name}: {claim!r} names no test (`tests/test_x.py::test_name`)"
+        for file, fn in refs:
+            assert (ROOT / file).exists(), f"{path.name}: {claim!r} names {file}, which does not exist"
+            assert fn in _test_functions(file), f"{path.name}: {claim!r} names {file}::{fn}, which does not exist"
+
+
+def test_proposition_rule_catches_a_missing_reference(tmp_path):
+    nb = {"cells": [{"cell_type": "markdown", "source": ["```{prf:proposition} A\n", "x\n", "```\n"]},
+                    {"cell_type": "markdown", "source": ["```{prf:proof}\n",
+                                                         "`tests/test_book.py::test_toc_entries_exist`\n```"]},
+                    {"cell_type": "markdown", "source": ["```{prf:theorem} B\n", "y\n", "```\n"]}]}
+    path = tmp_path / "x.ipynb"
+    path.write_text(json.dumps(nb))
+    claims = _claims_and_tests(path)
+    assert claims[0][1] == [("tests/test_book.py", "test_toc_entries_exist")]
+    assert claims[1][1] == []
