@@ -14,6 +14,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+from oracles import complex_step_grad as _complex_step_grad
+from oracles import relative_error as _rel
 
 from lse_energy import core
 
@@ -23,21 +25,8 @@ N_INSTANCES = 100
 H = 1e-30
 
 
-def _rel(a, b) -> float:
-    """Normwise relative error max|a - b| / max|b|."""
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
-def _complex_step_grad(f, x: np.ndarray) -> np.ndarray:
-    """Gradient of a real-analytic scalar ``f`` at real ``x`` by the complex step."""
-    x = np.asarray(x, dtype=complex)
-    g = np.empty(x.shape)
-    for j in np.ndindex(x.shape):
-        xp = x.copy()
-        xp[j] += 1j * H
-        g[j] = np.imag(f(xp)) / H
-    return g
 
 
 # ---------------------------------------------------------------------------

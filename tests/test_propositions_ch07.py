@@ -21,6 +21,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from oracles import complex_step
 
 from lse_energy import slot_attention as sa
 
@@ -62,16 +63,6 @@ def energy_np(w_k, w_q, x, mu, lam=0.0):
     return -np.sum(m[:, 0] + np.log(np.sum(np.exp(s - m), axis=1))) + 0.5 * lam * np.sum(mu * mu)
 
 
-def complex_step(f, args, argnum, h=1e-30):
-    """d f(*args) / d args[argnum] by complex steps, f(.. + i h e_k ..).imag / h: exact to
-    round-off (no subtraction), no autodiff."""
-    arg = np.asarray(args[argnum], dtype=float)
-    out = np.empty(arg.shape)
-    for idx in np.ndindex(arg.shape):
-        z = arg.astype(complex)
-        z[idx] += 1j * h
-        out[idx] = f(*args[:argnum], z, *args[argnum + 1:]).imag / h
-    return out
 
 
 def attention_np(w_k, w_q, x, mu):

@@ -16,6 +16,7 @@ import itertools
 
 import jax
 import numpy as np
+from oracles import complex_step
 from scipy.optimize import minimize
 
 from lse_energy import attention as A
@@ -144,16 +145,6 @@ def cccp_np(mu, x, w, prior):
     return out
 
 
-def complex_step(f, args, argnum, h=1e-30):
-    """d f(*args) / d args[argnum] by complex steps, f(.. + i h e_k ..).imag / h: exact to
-    round-off (no subtraction), no autodiff."""
-    arg = np.asarray(args[argnum], dtype=float)
-    out = np.empty(arg.shape)
-    for idx in np.ndindex(arg.shape):
-        z = arg.astype(complex)
-        z[idx] += 1j * h
-        out[idx] = f(*args[:argnum], z, *args[argnum + 1:]).imag / h
-    return out
 
 
 SHAPES = [(3, 5, 2, 3), (1, 4, 3, 2), (4, 2, 2, 2), (2, 7, 4, 3)]   # (m latents, n obs, d_mu, d_x)

@@ -17,6 +17,7 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from oracles import complex_step
 
 from lse_energy import rbm
 
@@ -69,16 +70,6 @@ def log_likelihood_enum(W, b, c, data):
     return np.mean(per_row) - log_z
 
 
-def complex_step(f, args, argnum, h=1e-30):
-    """d f(*args) / d args[argnum] by complex steps, f(.. + i h e_k ..).imag / h: exact to
-    round-off (no subtraction), no autodiff."""
-    arg = np.asarray(args[argnum], dtype=float)
-    out = np.empty(arg.shape)
-    for idx in np.ndindex(arg.shape):
-        z = arg.astype(complex)
-        z[idx] += 1j * h
-        out[idx] = f(*args[:argnum], z, *args[argnum + 1:]).imag / h
-    return out
 
 
 def instances(seed):
