@@ -73,10 +73,10 @@ Array = jax.Array
 __all__ = ["MODELS", "TARGETS", "Task", "make_task", "sample", "init_params", "mixing", "predict",
            "self_readout_mse", "run", "run_seeds"]
 
-#: The models: one-layer attention, the authors' multi-hop, the paper's multi-hop, and an ablation.
+#: The models, in order one-layer attention, the authors' multi-hop, the paper's multi-hop and an ablation.
 MODELS = ("standard", "multihop", "multihop_paper", "self_plus_one_hop")
 
-#: The targets: the authors' code (``"code"``) and the paper's Fig. 2 caption (``"paper"``).
+#: The targets, as in the authors' code (``"code"``) or as in the paper's Fig. 2 caption (``"paper"``).
 TARGETS = ("code", "paper")
 
 
@@ -241,7 +241,7 @@ def run(seed: int, *, model: str = "multihop", n_steps: int = 20_000, batch: int
     PyTorch's coupled-L2 Adam.
 
     Returns:
-      A dict of plain Python values: ``settings``; ``recorded_steps`` and
+      a ``dict`` of plain Python values with ``settings``; ``recorded_steps`` and
       ``recorded_loss`` (the batch MSE before the update, every
       ``record_every`` steps: their training curve); ``tail_loss`` (mean batch
       MSE over the last ``record_every`` steps); ``test_mse`` on ``n_test``

@@ -33,13 +33,13 @@ from lse_energy.experiments import structural_tasks as toy
 
 __all__ = ["FIG2", "FIG3", "AUTHORS", "PLATEAU_TOL", "plateau", "fig2", "fig3", "authors", "main"]
 
-#: Fig. 2, multi-hop task: every model of :data:`structural_tasks.TOY_MODELS`.
+#: Settings of the full Fig. 2 run (every model of ``structural_tasks.TOY_MODELS``).
 FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
             learning_rate=1e-2)
-#: Fig. 3, expanding task: trained at every dimension in ``ds`` (``rank = d // 2``, ``d_k = d``).
+#: Settings of the full Fig. 3 run, trained at every dimension in ``ds`` (``rank = d // 2``, ``d_k = d``).
 FIG3 = dict(seeds=list(range(5)), ps=[1 / 2, 1 / 5, 1 / 10, 1 / 25], ds=[10, 50, 75], n_steps=2000, batch=32,
             n=128, strength=3.0, max_steps=60, learning_rate=2e-2)
-#: Fig. 2 as the authors' public code defines it (:mod:`.authors_multihop`), at their sizes and seeds count.
+#: Settings of Fig. 2 as the authors' public code defines it (``authors_multihop``), at their sizes.
 AUTHORS = dict(seeds=list(range(10)), models=["standard", "multihop", "multihop_paper"], n_steps=20000, batch=200,
                lr=1e-3, weight_decay=2.0, record_every=1000, target="code")
 #: Largest change of the median training loss between the last two tenths of a run.
