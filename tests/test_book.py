@@ -203,3 +203,42 @@ def test_proposition_rule_catches_a_missing_reference(tmp_path):
     claims = _claims_and_tests(path)
     assert claims[0][1] == [("tests/test_book.py", "test_toc_entries_exist")]
     assert claims[1][1] == []
+
+
+# The rendered code column holds about 80 characters; longer lines scroll sideways.
+CODE_WIDTH = 80
+
+
+def long_code_lines(nb) -> list[str]:
+    """``"cell i line j: N chars"`` for every code line over :data:`CODE_WIDTH` characters."""
+    out = []
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        for j, line in enumerate("".join(cell["source"]).split("\n")):
+            if len(line) > CODE_WIDTH:
+                out.append(f"cell {i} line {j}: {len(line)} chars")
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_code_lines_fit_the_column(path):
+    """Notebook code lines are at most 80 characters (``ruff format --line-length 80`` on the
+    notebook, then wrap the strings and comments it leaves)."""
+    assert not long_code_lines(json.loads(path.read_text())), path.name
+
+
+def test_code_width_rule_catches_a_long_line():
+    nb = {"cells": [{"cell_type": "markdown", "source": ["x" * 200]},
+                    {"cell_type": "code", "source": ["a = 1\n", "b = '" + "y" * 80 + "'\n"]}]}
+    assert long_code_lines(nb) == ["cell 1 line 1: 86 chars"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_chapter_opens_with_prose(path):
+    """A chapter opens with its first paragraph: the first cell is markdown and the setup cell
+    (the first code cell: imports, flags, style) shows no input in the rendered book."""
+    cells = json.loads(path.read_text())["cells"]
+    assert cells[0]["cell_type"] == "markdown", f"{path.name} opens with code"
+    setup = next(c for c in cells if c["cell_type"] == "code")
+    assert "hide-input" in setup.get("metadata", {}).get("tags", []), f"{path.name}: tag its setup cell hide-input"
