@@ -97,9 +97,11 @@ class MultiHeadParams(NamedTuple):
 
     .. math::
 
-        \mathrm{MHA}(X^Q, X^{KV})_c = \sum_{h=1}^{H} W^O_h \sum_p
-        \mathrm{softmax}_p\!\Big(\beta\,(W^Q_h x^Q_c)^\top (W^K_h x^{KV}_p)
-        + b_{cp}\Big)\, W^V_h x^{KV}_p,
+        \begin{aligned}
+        \mathrm{MHA}(X^Q, X^{KV})_c &= \sum_{h=1}^{H} W^O_h \sum_p
+        \mathrm{softmax}_p\!\Big(\beta\,(W^Q_h x^Q_c)^\top (W^K_h x^{KV}_p) \\
+        &\quad + b_{cp}\Big)\, W^V_h x^{KV}_p,
+        \end{aligned}
 
     which equals concatenating the heads and applying one
     :math:`W^O = [W^O_1, \dots, W^O_H]`.
@@ -265,10 +267,14 @@ def cross_grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None)
 def cross_grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Params:
     r"""Gradients w.r.t. :math:`W^Q` and :math:`W^K`: eqs. (7)–(8) and the chain rule.
 
-    .. math:: \frac{\partial E}{\partial W^Q} = \sum_c \frac{\partial E}{\partial q_c}\, x_c^{Q\top}
-              = -\beta \sum_{c,p} w_{cp}\, k_p x_c^{Q\top}, \qquad
-              \frac{\partial E}{\partial W^K} = \sum_p \frac{\partial E}{\partial k_p}\, x_p^{K\top}
-              = -\beta \sum_{c,p} w_{cp}\, q_c x_p^{K\top}
+    .. math::
+
+        \begin{aligned}
+        \frac{\partial E}{\partial W^Q} &= \sum_c \frac{\partial E}{\partial q_c}\, x_c^{Q\top} \\
+        &= -\beta \sum_{c,p} w_{cp}\, k_p x_c^{Q\top}, \\
+        \frac{\partial E}{\partial W^K} &= \sum_p \frac{\partial E}{\partial k_p}\, x_p^{K\top} \\
+        &= -\beta \sum_{c,p} w_{cp}\, q_c x_p^{K\top}
+        \end{aligned}
 
     (summed over leading batch axes too).
 
@@ -332,10 +338,12 @@ def self_grad_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Gra
 
     .. math::
 
+        \begin{aligned}
         -\frac{\partial E}{\partial x_i}
-        = \underbrace{\beta \sum_p w_{ip}\, W^{Q\top} W^K x_p}_{\text{child } i}
-        + \underbrace{\beta \sum_c w_{ci}\, W^{K\top} W^Q x_c}_{\text{parent } i},
-        \qquad w_{cp} = \mathrm{softmax}_p\big(\beta (W^Q x_c)^\top(W^K x_p) + b_{cp}\big).
+        &= \underbrace{\beta \sum_p w_{ip}\, W^{Q\top} W^K x_p}_{\text{child } i} \\
+        &\quad + \underbrace{\beta \sum_c w_{ci}\, W^{K\top} W^Q x_c}_{\text{parent } i}, \\
+        w_{cp} &= \mathrm{softmax}_p\big(\beta (W^Q x_c)^\top(W^K x_p) + b_{cp}\big).
+        \end{aligned}
 
     The transposes are as printed in eq. (16) and Appendix B:
     :math:`\partial_{x_c} (W^Q x_c)^\top (W^K x_p) = W^{Q\top} W^K x_p` (the

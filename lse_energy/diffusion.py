@@ -509,9 +509,11 @@ def ideal_score(data, schedule, x, t) -> Array:
 
     .. math::
 
-        \nabla \ln p_t(x_b) = \sum_{i=1}^N w_{bi}\,
-        \frac{\sqrt{\bar\alpha_t}\, x_i - x_b}{1-\bar\alpha_t},
-        \qquad w_{bi} = \mathrm{softmax}_i\Big(-\frac{\|x_b - \sqrt{\bar\alpha_t} x_i\|^2}{2(1-\bar\alpha_t)}\Big),
+        \begin{aligned}
+        \nabla \ln p_t(x_b) &= \sum_{i=1}^N w_{bi}\,
+        \frac{\sqrt{\bar\alpha_t}\, x_i - x_b}{1-\bar\alpha_t}, \\
+        w_{bi} &= \mathrm{softmax}_i\Big(-\frac{\|x_b - \sqrt{\bar\alpha_t} x_i\|^2}{2(1-\bar\alpha_t)}\Big),
+        \end{aligned}
 
     eq. (4) of Tschantz (2025) with :math:`\partial_{x}\mathrm{sim} =
     (\sqrt{\bar\alpha_t} x_i - x)/(1-\bar\alpha_t)`; the weights are
@@ -614,9 +616,13 @@ def sample(eps_fn: Callable, params, schedule, n_samples: int, dim: int, *, key,
 
     :math:`x_T \sim \mathcal{N}(0, I)`, then for :math:`t = T, \dots, 1`
 
-    .. math:: x_{t-1} = \frac{1}{\sqrt{\alpha_t}}\Big(x_t - \frac{\beta_t}{\sqrt{1-\bar\alpha_t}}
-              \epsilon_\theta(x_t, t)\Big) + \sigma_t z, \qquad z \sim \mathcal{N}(0, I)
-              \text{ if } t > 1 \text{ else } z = 0 .
+    .. math::
+
+        \begin{aligned}
+        x_{t-1} &= \frac{1}{\sqrt{\alpha_t}}\Big(x_t - \frac{\beta_t}{\sqrt{1-\bar\alpha_t}}
+        \epsilon_\theta(x_t, t)\Big) + \sigma_t z, \\
+        z &\sim \mathcal{N}(0, I) \text{ if } t > 1 \text{ else } z = 0 .
+        \end{aligned}
 
     Note :math:`\sqrt{1-\bar\alpha_t}`, not the notes' :math:`\sqrt{1-\alpha_t}`
     (see :func:`reverse_mean`). Jitted; one ``lax.scan`` over the steps.

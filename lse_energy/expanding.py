@@ -475,8 +475,12 @@ def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflo
 class Params(NamedTuple):
     r"""One expanding-attention head over tokens ``x: (..., N, d)``, read out at the last token.
 
-    .. math:: q = W_Q x_N, \quad k_i = W_K x_{N-1-i}, \quad v_i = W_V x_{N-1-i}
-              \quad (i = 0 \text{ the nearest earlier token}).
+    .. math::
+
+        \begin{gathered}
+        q = W_Q x_N, \quad k_i = W_K x_{N-1-i}, \quad v_i = W_V x_{N-1-i} \\
+        (i = 0 \text{ is the nearest earlier token}).
+        \end{gathered}
 
     The query and key maps ``wq``, ``wk`` are ``(d_k, d)`` and the value map
     ``wv`` is ``(d_v, d)``: the fields of :class:`lse_energy.multihop.Params`,

@@ -7,9 +7,11 @@ The data points :math:`x_i \in \mathbb{R}^d` (:math:`i = 1..N`) are the
 
 .. math::
 
-    \mathrm{sim}(x_i, \mu_k) = \ln \pi_k + \ln \mathcal N(x_i \mid \mu_k, \Sigma_k)
-    = \ln\pi_k - \tfrac12 (x_i-\mu_k)^\top \Sigma_k^{-1} (x_i-\mu_k)
-      - \tfrac12 \ln |2\pi \Sigma_k|
+    \begin{aligned}
+    \mathrm{sim}(x_i, \mu_k) &= \ln \pi_k + \ln \mathcal N(x_i \mid \mu_k, \Sigma_k) \\
+    &= \ln\pi_k - \tfrac12 (x_i-\mu_k)^\top \Sigma_k^{-1} (x_i-\mu_k) \\
+    &\quad - \tfrac12 \ln |2\pi \Sigma_k|
+    \end{aligned}
 
 the log-sum-exp energy (eq. 2 / eq. 5)
 

@@ -8,10 +8,12 @@ network (:class:`Params`, :func:`init_params`, :func:`predict`):
 
 .. math::
 
-    \mathrm{sim}(x_i, \mu_k) = -\tfrac12 \|x_i - f_\phi(\mu_k)\|^2, \qquad
-    E^{\mathrm{PC}} = -\sum_{i=1}^N \ln \sum_{k=1}^K
+    \begin{aligned}
+    \mathrm{sim}(x_i, \mu_k) &= -\tfrac12 \|x_i - f_\phi(\mu_k)\|^2, \\
+    E^{\mathrm{PC}} &= -\sum_{i=1}^N \ln \sum_{k=1}^K
         \exp\!\big(-\tfrac12 \|x_i - f_\phi(\mu_k)\|^2\big)
-    \qquad \text{(eq. 18)}.
+    \quad \text{(eq. 18)}.
+    \end{aligned}
 
 Functions: :func:`sim`, :func:`energy`, :func:`responsibilities`, the
 gradients :func:`grad_x`, :func:`grad_mu`, :func:`grad_params`, the step-size
@@ -373,9 +375,13 @@ def _lipschitz(params, x):
 def mu_lipschitz(params: Params, x) -> Array:
     r"""A global Lipschitz constant :math:`L` of :math:`\nabla_\mu E^{\mathrm{PC}}`.
 
-    .. math:: L = \sum_{i=1}^N \Big( \|W_1\|_2^2 \|W_2\|_2^2
-              + c\, \|W_1\|_2^2 \|W_2\|_2 \big(\|x_i - b_2\| + \sqrt{H}\,\|W_2\|_2\big)\Big),
-              \qquad c = \max_z |\tanh''(z)| = \tfrac{4}{3\sqrt3}.
+    .. math::
+
+        \begin{aligned}
+        L &= \sum_{i=1}^N \Big( \|W_1\|_2^2 \|W_2\|_2^2 \\
+        &\quad + c\, \|W_1\|_2^2 \|W_2\|_2 \big(\|x_i - b_2\| + \sqrt{H}\,\|W_2\|_2\big)\Big), \\
+        c &= \max_z |\tanh''(z)| = \tfrac{4}{3\sqrt3}.
+        \end{aligned}
 
     Why: the Hessian of :math:`-\ln\sum_k e^{s_k}` is
     :math:`-\sum_k \alpha_k \nabla^2 s_k - \mathrm{Cov}_\alpha(\nabla s)

@@ -274,8 +274,10 @@ def free_energy(params: Params, v) -> Array:
 
     .. math::
 
-        F(v) = -b^\top v - \sum_j \ln \sum_{h_j \in \{0,1\}} \exp\big(h_j (c_j + W_{:j}^\top v)\big)
-             = -b^\top v - \sum_j \operatorname{softplus}(c_j + W_{:j}^\top v),
+        \begin{aligned}
+        F(v) &= -b^\top v - \sum_j \ln \sum_{h_j \in \{0,1\}} \exp\big(h_j (c_j + W_{:j}^\top v)\big) \\
+        &= -b^\top v - \sum_j \operatorname{softplus}(c_j + W_{:j}^\top v),
+        \end{aligned}
 
     computed with :func:`lse_energy.core.logsumexp` over the two states
     (sim values :math:`\{0, c_j + W_{:j}^\top v\}`). It is :math:`L_1` of §23.4
@@ -335,9 +337,11 @@ def free_energy_grad_params(params: Params, v) -> Params:
 
     .. math::
 
-        \frac{\partial \bar F}{\partial W} = -\frac1N \sum_n v_n\, \sigma(c + W^\top v_n)^\top,
-        \quad \frac{\partial \bar F}{\partial b} = -\frac1N \sum_n v_n,
-        \quad \frac{\partial \bar F}{\partial c} = -\frac1N \sum_n \sigma(c + W^\top v_n).
+        \begin{aligned}
+        \frac{\partial \bar F}{\partial W} &= -\frac1N \sum_n v_n\, \sigma(c + W^\top v_n)^\top, \\
+        \frac{\partial \bar F}{\partial b} &= -\frac1N \sum_n v_n, \\
+        \frac{\partial \bar F}{\partial c} &= -\frac1N \sum_n \sigma(c + W^\top v_n).
+        \end{aligned}
 
     Its negative is the *positive phase* of §23.8 of the notes
     (:math:`-\nabla_W L_1 = V^\top \sigma(VW + c)`), and evaluated at model
@@ -660,8 +664,10 @@ def cd_gradient(params: Params, v, k: int = 1, *, key) -> Params:
 
     .. math::
 
-        \hat g_k = -\frac1N \sum_n \nabla_\theta F(v_n) + \frac1N \sum_n \nabla_\theta F(v_{k,n})
-        \;\Rightarrow\; \hat g_W = \tfrac1N\big(V^\top \sigma(VW + c) - V_k^\top \sigma(V_k W + c)\big).
+        \begin{aligned}
+        \hat g_k &= -\frac1N \sum_n \nabla_\theta F(v_n) + \frac1N \sum_n \nabla_\theta F(v_{k,n}) \\
+        &\quad \;\Rightarrow\; \hat g_W = \tfrac1N\big(V^\top \sigma(VW + c) - V_k^\top \sigma(V_k W + c)\big).
+        \end{aligned}
 
     The notes' update is :math:`W \leftarrow W + \eta \hat g_W`.
 

@@ -8,11 +8,12 @@ dynamical modes :math:`x_{t+1} \approx A_k x_t + b_k` with Gaussian noise
 
 .. math::
 
-    \mathrm{sim}_{t,k} = \ln \pi_k - \tfrac12 \ln|2\pi\Sigma_k|
-        - \tfrac12\, r_{t,k}^\top \Sigma_k^{-1} r_{t,k},
-    \qquad
-    E = -\sum_{t=1}^{T-1} \ln \sum_{k=1}^K \exp \mathrm{sim}_{t,k}
+    \begin{aligned}
+    \mathrm{sim}_{t,k} &= \ln \pi_k - \tfrac12 \ln|2\pi\Sigma_k| \\
+    &\quad - \tfrac12\, r_{t,k}^\top \Sigma_k^{-1} r_{t,k}, \\
+    E &= -\sum_{t=1}^{T-1} \ln \sum_{k=1}^K \exp \mathrm{sim}_{t,k}
     \quad \text{(eq. 17)}.
+    \end{aligned}
 
 The seed prints sim without the log-determinant term; that form is available with
 ``normalised=False``. With the normaliser, :math:`E` is exactly the negative
@@ -423,10 +424,12 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> Params:
 
     .. math::
 
-        W_k = \Big(\sum_t \alpha_{t,k} x_{t+1} z_t^\top\Big)
-              \Big(\sum_t \alpha_{t,k} z_t z_t^\top\Big)^{-1},\quad
-        \Sigma_k = \frac{\sum_t \alpha_{t,k} r_{t,k} r_{t,k}^\top + \lambda I}{N_k},\quad
-        \pi_k = \frac{N_k}{\sum_j N_j}.
+        \begin{aligned}
+        W_k &= \Big(\sum_t \alpha_{t,k} x_{t+1} z_t^\top\Big) \\
+        &\qquad \times \Big(\sum_t \alpha_{t,k} z_t z_t^\top\Big)^{-1}, \\
+        \Sigma_k &= \frac{\sum_t \alpha_{t,k} r_{t,k} r_{t,k}^\top + \lambda I}{N_k}, \\
+        \pi_k &= \frac{N_k}{\sum_j N_j}.
+        \end{aligned}
 
     :math:`W_k` is weighted least squares (it does not depend on
     :math:`\Sigma_k`, because all output coordinates share the regressor

@@ -5,9 +5,11 @@ are the slots :math:`\mu_i \in \mathbb{R}^{d_\mu}` (:math:`i = 1..S`), and
 
 .. math::
 
-    \mathrm{sim}(x_j, \mu_i) = (W_K x_j)^\top (W_Q \mu_i), \qquad
-    E^{\rm Slot} = -\sum_{j=1}^N \ln \sum_{i=1}^S \exp \mathrm{sim}(x_j, \mu_i)
-    \qquad \text{(eq. 12)}.
+    \begin{aligned}
+    \mathrm{sim}(x_j, \mu_i) &= (W_K x_j)^\top (W_Q \mu_i), \\
+    E^{\rm Slot} &= -\sum_{j=1}^N \ln \sum_{i=1}^S \exp \mathrm{sim}(x_j, \mu_i)
+    \quad \text{(eq. 12)}.
+    \end{aligned}
 
 The softmax :math:`A_{ji} = \mathrm{softmax}_i\,\mathrm{sim}(x_j, \mu_i)` runs over the
 *slots*: every token is explained by exactly one slot (Singh & Buckley 2023, §4.3: the
@@ -476,9 +478,13 @@ def _procrustes(params, x, mu, a, prox):
 def procrustes_w_q(params: Params, x, mu, a, *, prox: float = 0.0) -> Array:
     r"""Proximal orthogonal-Procrustes :math:`W_Q` (:math:`W_Q^\top W_Q = I`), :math:`W_K` fixed.
 
-    .. math:: W_Q^{\rm new} = \arg\min_{W^\top W = I}\;
-              \Bigl[L(W_K, W) + \rho\,\|W - W_Q\|_F^2\Bigr] = U V^\top,
-              \qquad W_K C_{x\mu} + \rho W_Q = U \Sigma V^\top .
+    .. math::
+
+        \begin{aligned}
+        W_Q^{\rm new} &= \arg\min_{W^\top W = I}\;
+        \Bigl[L(W_K, W) + \rho\,\|W - W_Q\|_F^2\Bigr] = U V^\top, \\
+        W_K C_{x\mu} + \rho W_Q &= U \Sigma V^\top .
+        \end{aligned}
 
     For orthogonal :math:`W`, :math:`\|W\mu_i\| = \|\mu_i\|`, so
     :math:`L = \text{const} - 2\,\mathrm{tr}(W^\top W_K C_{x\mu})` and

@@ -115,27 +115,50 @@ PAGE_REPORT = r"""
     tracebacks: outputs.filter(o => o.querySelector('.traceback, .output.error') ||
         /Traceback \(most recent call last\)/.test(o.textContent)).length,
     links: Array.from(document.querySelectorAll('a[href]')).map(a => a.getAttribute('href')),
+    // display equations wider than the box they sit in (the text column): [excess px, TeX]
+    display: document.querySelectorAll('mjx-container[display="true"]').length,
+    wideMath: Array.from(document.querySelectorAll('mjx-container[display="true"]')).map(c => {
+        const m = c.querySelector('mjx-math') || c;
+        const item = (window.MathJax && MathJax.startup && MathJax.startup.document ?
+            Array.from(MathJax.startup.document.math).find(i => i.typesetRoot === c) : null);
+        return [m.getBoundingClientRect().width - c.getBoundingClientRect().width,
+                item ? item.math.trim().slice(0, 80) : ''];
+    }).filter(x => x[0] > 0.5),
+    pageWidth: document.documentElement.scrollWidth,
+    windowWidth: window.innerWidth,
     ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
   };
 }
 """
 
 
-@pytest.mark.parametrize("page", _toc_pages())
-def test_page_renders(page, html, browser):
-    path = html / f"{page}.html"
-    assert path.exists(), f"{page} was not rendered"
-    tab = browser.new_page(viewport={"width": 1280, "height": 900})
+def _open(browser, path, width):
+    """The page at ``width`` px, after MathJax has typeset every equation, scrolled to its end;
+    returns the tab, whether the page loads MathJax, and :data:`PAGE_REPORT`."""
+    tab = browser.new_page(viewport={"width": width, "height": 900})
+    # The API page typesets about 110 display equations: allow for a loaded machine.
+    tab.set_default_timeout(180_000)
     tab.goto(path.as_uri())
     # Sphinx loads MathJax only on pages that contain math.
     has_mathjax = tab.evaluate("!!document.querySelector('script[src*=\"mathjax\"]')")
     if has_mathjax:
         tab.wait_for_function("window.MathJax && MathJax.startup && MathJax.startup.promise", timeout=60000)
         tab.evaluate("MathJax.startup.promise")
-    report = tab.evaluate(PAGE_REPORT)
+    tab.evaluate("window.scrollTo(0, document.body.scrollHeight)")
+    return tab, has_mathjax, tab.evaluate(PAGE_REPORT)
+
+
+@pytest.mark.parametrize("page", _toc_pages())
+def test_page_renders(page, html, browser):
+    path = html / f"{page}.html"
+    assert path.exists(), f"{page} was not rendered"
+    tab, has_mathjax, report = _open(browser, path, 1280)
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     tab.screenshot(path=str(SCREENSHOTS / f"{pathlib.Path(page).name}.png"), full_page=True)
     tab.close()
+    # Every display equation fits the text column at 1280 px (break long ones with aligned).
+    assert not report["wideMath"], f"{len(report['wideMath'])} of {report['display']} display equations " \
+        f"are wider than the column: {report['wideMath']}"
 
     chapter = pathlib.Path(page).name[:2].isdigit()
     if chapter or has_mathjax:
@@ -158,6 +181,29 @@ def test_page_renders(page, html, browser):
             continue
         target = (path.parent / urllib.parse.unquote(parsed.path)).resolve()
         assert target.exists(), f"link {href} does not resolve"
+
+
+@pytest.mark.parametrize("page", _toc_pages())
+def test_page_never_scrolls_sideways_on_a_phone(page, html, browser):
+    """At 400 px the page is no wider than the window: a long equation, table or code line
+    scrolls inside its own box (``_static/custom.css``)."""
+    tab, _, report = _open(browser, html / f"{page}.html", 400)
+    tab.close()
+    assert report["pageWidth"] <= report["windowWidth"], (
+        f"the page is {report['pageWidth']} px wide in a {report['windowWidth']} px window")
+
+
+def test_width_checks_catch_a_wide_equation_and_a_wide_page(html, browser):
+    page = html / "_width_check.html"
+    tex = " + ".join(f"x_{{{i}}}" for i in range(200))
+    mathjax = html / "_static" / "mathjax" / "tex-chtml.js"
+    page.write_text(f"<html><body><div style='width:300px'>\\[{tex}\\]</div>"
+                    f"<pre style='white-space:pre'>{'y' * 400}</pre>"
+                    f"<script src='{mathjax.as_uri()}'></script></body></html>")  # the book's own MathJax
+    tab, _, report = _open(browser, page, 400)
+    tab.close()
+    assert report["display"] == 1 and len(report["wideMath"]) == 1
+    assert report["pageWidth"] > report["windowWidth"]
 
 
 def test_every_page_screenshotted(html, browser):
