@@ -27,6 +27,7 @@ from lse_energy import (
     attention,
     core,
     diffusion,
+    embedding,
     expanding,
     gmm,
     hopfield,
@@ -143,6 +144,12 @@ def _anpc(key):
     return dict(params=anpc.Params(_n(key, 0, (N, N)), _n(key, 1, (N, N), 0.1), adjacency), x=_n(key, 2, (4, N)))
 
 
+def _embedding(key):
+    n, d = 4, 2
+    counts = jnp.asarray([[1.0, 2, 1, 1], [2, 1, 3, 1], [1, 3, 1, 2], [1, 1, 2, 1]], jnp.result_type(float))
+    return dict(params=embedding.Params(_n(key, 0, (n, d), 0.5), _n(key, 1, (n, d), 0.5)), counts=counts)
+
+
 MODELS: tuple[Model, ...] = (
     Model("core", "01_lse_energy", "the log-sum-exp energy", core.energy, True, _core, ("sim",)),
     Model("gmm", "02_gmm", "Gaussian mixtures", gmm.energy, True, _gmm, ("params.means", "x")),
@@ -168,6 +175,8 @@ MODELS: tuple[Model, ...] = (
           ("params", "xs")),
     Model("anpc", "13_attention_normalised_pc", "attention-normalised predictive coding", anpc.energy, True, _anpc,
           ("params", "x")),
+    Model("embedding", "17_embeddings", "vector embeddings (skip-gram log-partition)", embedding.energy, True,
+          _embedding, ("params",)),
 )
 
 

@@ -39,6 +39,7 @@ from lse_energy import expanding, structural  # noqa: E402
 from lse_energy.experiments import diffusion_mlp as dmlp  # noqa: E402
 from lse_energy.experiments import structural_tasks as toy  # noqa: E402
 from lse_energy import anpc, pcn  # noqa: E402
+from lse_energy import embedding  # noqa: E402
 from lse_energy import mixture_pc as mpc  # noqa: E402
 
 DTYPES = ("float32", "float64")
@@ -74,6 +75,7 @@ DRIVERS = {
     "structural.cccp": (structural.cccp, V.cccp_args),
     "slot_attention.fit": (slot_attention.fit, _slot_fit),
     "rbm.fit": (rbm.fit, _rbm_fit),
+    "embedding.fit": (embedding.fit, V.emb_fit),
     "rbm.gibbs": (rbm.gibbs, V.rbm_gibbs),
     "mixture_pc.infer": (mpc.infer, V.pc_infer),
     "mixture_pc.fit": (mpc.fit, V.pc_fit),
@@ -109,7 +111,7 @@ def test_registry_names_every_fit():
     import inspect
 
     missing = []
-    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy):
+    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, embedding):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue

@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
 from lse_energy import anpc, expanding, pcn, structural
+from lse_energy import embedding
 from lse_energy import mixture_pc as mpc
 from lse_energy.experiments import diffusion_mlp as dmlp
 from lse_energy.testing import relative_error
@@ -539,6 +540,33 @@ def build_anpc(seed, n, k, d, scale):
     )
 
 
+def build_embedding(seed, n, k, d, scale):
+    """k-word vocabulary: children are the k centre words (weighted by their pair counts N_c), parents the k
+    candidate context words, sim = V_w . U_c; counts in 1..3 (n unused)."""
+    rng = np.random.default_rng(seed)
+    z = dict(U=jnp.asarray(scale * rng.normal(size=(k, d))), V=jnp.asarray(scale * rng.normal(size=(k, d))))
+    counts = jnp.asarray(rng.integers(1, 4, size=(k, k)).astype(float))
+    Nc = np.asarray(counts).sum(axis=1)
+
+    def p(z):
+        return embedding.Params(z["U"], z["V"])
+
+    def grad(z):
+        g = embedding.grad_energy(p(z), counts)
+        return dict(U=g.U, V=g.V)
+
+    def np_ref(z):  # E = -sum_c N_c ln sum_w exp(U_c . V_w)
+        return float(-np.sum(Nc * _np_lse(z["U"] @ z["V"].T)))
+
+    def mp_ref(z):
+        U, V = _mpm(z["U"]), _mpm(z["V"])
+        rows = [[mp.fsum(U[c, a] * V[w, a] for a in range(d)) for w in range(k)] for c in range(k)]
+        return -mp.fsum(mp.mpf(float(Nc[c])) * mp.log(mp.fsum(mp.exp(s) for s in rows[c])) for c in range(k))
+
+    return Instance(z, lambda z: embedding.energy(p(z), counts), grad, lambda z: embedding.scores(p(z)),
+                    np_ref, mp_ref)
+
+
 class Model(NamedTuple):
     name: str
     build: Callable
@@ -560,6 +588,7 @@ MODELS = [
     Model("structural", build_structural, 2.0),
     Model("expanding", build_expanding, 1.0),
     Model("anpc", build_anpc, 2.0),
+    Model("embedding", build_embedding, 2.0),
 ]
 MODEL_PARAMS = [pytest.param(m, id=m.name) for m in MODELS]
 
@@ -766,6 +795,8 @@ _DMLP = dmlp.init_params(2, key=jax.random.key(1), hidden=(4,), n_freqs=2)
 _PCMLP = mpc.init_params(2, 3, 2, key=jax.random.key(2))
 _PCN = pcn.init_params((2, 3, 2), key=jax.random.key(3))
 _SLDS = slds.init_params(_TRAJ, 2, key=jax.random.key(4))
+_EMB = embedding.init_params(4, 2, key=jax.random.key(5))
+_EMB_COUNTS = jnp.asarray(np.random.default_rng(11).integers(1, 4, size=(4, 4)).astype(float))
 _SGD = optax.sgd(1e-2)  # one object: the optimizer is a static (hashed) argument of the jitted drivers
 
 KEYED = {
@@ -797,6 +828,9 @@ KEYED = {
     "pcn.init_params": lambda key: pcn.init_params((2, 3, 2), key=key),
     "pcn.fit": lambda key: pcn.fit(_PCN, _DATA2, _DATA2, key=key, optimizer=_SGD,
                                                             n_epochs=1, batch_size=4, infer_steps=2),
+    "embedding.init_params": lambda key: embedding.init_params(4, 2, key=key),
+    "embedding.sample_chain": lambda key: embedding.sample_chain(embedding.ring_transition(5), 20, key=key),
+    "embedding.fit": lambda key: embedding.fit(_EMB, _EMB_COUNTS, optimizer=_SGD, n_steps=2, batch_size=3, key=key),
 }
 
 
@@ -813,7 +847,7 @@ def test_keyed_registry_is_complete():
     from lse_energy import rbm as m5, slds as m6, slot_attention as m7
 
     found = set()
-    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7, dmlp):
+    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7, dmlp, embedding):
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj) and not isinstance(obj, type):

@@ -162,7 +162,7 @@ def _fits():
     """Every public fit in the package, each as a small call (name -> thunk)."""
     import optax
 
-    from lse_energy import diffusion, gmm, mixture_pc, pcn, rbm, sharding, slds, slot_attention
+    from lse_energy import diffusion, embedding, gmm, mixture_pc, pcn, rbm, sharding, slds, slot_attention
     from lse_energy.experiments import diffusion_mlp
 
     rng = np.random.default_rng(0)
@@ -187,6 +187,9 @@ def _fits():
                                                  infer_steps=2, learn_steps=2),
         "slot_attention.fit": lambda: slot_attention.fit(sp, x2, x2[:3], n_steps=3),
         "rbm.fit": lambda: rbm.fit(r, binary, key=key, n_epochs=3, batch_size=3),
+        "embedding.fit": lambda: embedding.fit(embedding.init_params(4, 2, key=key),
+                                               jnp.asarray(rng.integers(1, 4, size=(4, 4)).astype(float)),
+                                               optimizer=sgd, n_steps=3),
         "pcn.fit": lambda: pcn.fit(pcn.init_params((2, 3, 2), key=key), x2, x2, key=key, optimizer=sgd,
                                    n_epochs=3, batch_size=4, infer_steps=2),
         "diffusion_mlp.fit": lambda: diffusion_mlp.fit(diffusion_mlp.init_params(2, key=key, hidden=(4,), n_freqs=2),

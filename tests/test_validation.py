@@ -39,6 +39,7 @@ import pytest
 
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention
 from lse_energy import anpc, pcn
+from lse_energy import embedding as emb
 from lse_energy import mixture_pc as mpc
 from lse_energy import expanding, multihop, structural
 from lse_energy.experiments import structural_tasks as toy
@@ -611,6 +612,117 @@ def anpc_infer_args():
                 n_steps=2, step_size=0.05)
 
 
+def emb_args():
+    params = emb.Params(U=0.5 * _normal((4, 2)), V=0.5 * _normal((4, 2), 1))
+    counts = jnp.asarray([[1.0, 2, 1, 1], [2, 1, 3, 1], [1, 3, 1, 2], [1, 1, 2, 1]])
+    return dict(params=params, counts=counts)
+
+
+def emb_params_only():
+    return dict(params=emb_args()["params"])
+
+
+def emb_counts_only():
+    return dict(counts=emb_args()["counts"])
+
+
+def emb_ns():
+    return dict(emb_args(), noise=jnp.full((4,), 0.25), k=2)
+
+
+def emb_sampled():
+    return dict(params=emb_args()["params"], centres=jnp.asarray([0, 1, 2]), contexts=jnp.asarray([1, 2, 3]),
+                negatives=jnp.asarray([[2, 3], [0, 3], [1, 0]]))
+
+
+_EMB_SGD = optax.sgd(0.1)  # one object: the optimizer is a static (hashed) argument of the jitted fit
+
+
+def emb_fit():
+    return dict(emb_args(), optimizer=_EMB_SGD, n_steps=3)
+
+
+def emb_chain():
+    return dict(transition=emb.ring_transition(5), n_tokens=10, key=KEY)
+
+
+def emb_cos():
+    return dict(a=_normal((4, 3)), b=_normal((2, 3), 1))
+
+
+def emb_analogy():
+    return dict(emb=_normal((5, 3)), a=jnp.asarray([0, 1]), b=jnp.asarray([1, 2]), c=jnp.asarray([2, 3]))
+
+
+def emb_cooc():
+    return dict(tokens=jnp.asarray([0, 1, 2, 1, 0]), n_vocab=3, window=1)
+
+
+CASES += [
+    # embedding
+    C(emb.softmax_loss, "shape", emb_args, lambda a: dict(counts=jnp.ones((3, 3))),
+      r"counts must have shape \(n_vocab, n_vocab\) = \(4, 4\)", "counts_shape"),
+    C(emb.scores, "shape", emb_params_only, lambda a: dict(params=a["params"]._replace(V=jnp.ones((4, 3)))),
+      r"params.V must have the shape of params.U \(4, 2\)", "V_shape"),
+    C(emb.negative_sampling_loss, "shape", emb_ns, lambda a: dict(noise=jnp.full((3,), 1 / 3)),
+      r"noise must have shape \(n_vocab,\) = \(4,\)", "noise_shape"),
+    C(emb.sampled_negative_sampling_loss, "shape", emb_sampled, lambda a: dict(contexts=jnp.asarray([1, 2])),
+      r"must share their first dimension", "pairs_mismatch"),
+    C(emb.skipgram_pairs, "shape", lambda: dict(tokens=jnp.asarray([0, 1, 2]), window=1),
+      lambda a: dict(tokens=jnp.zeros((2, 3), jnp.int32)), r"tokens must have 1 dimension", "tokens_2d"),
+    C(emb.sample_chain, "shape", emb_chain, lambda a: dict(transition=jnp.full((2, 3), 1 / 3)),
+      r"transition must be a square", "not_square"),
+    C(emb.cosine_similarity, "shape", emb_cos, lambda a: dict(b=jnp.ones((2, 2))),
+      r"b has dimension d = 2 but a have d = 3", "b_width"),
+    C(emb.energy, "finite", emb_args, lambda a: dict(counts=_nan_at(a["counts"])), r"counts must be finite",
+      "nan_counts"),
+    C(emb.grad_energy, "finite", emb_args, lambda a: dict(params=a["params"]._replace(U=_nan_at(a["params"].U))),
+      r"params.U must be finite", "nan_U"),
+    C(emb.cosine_similarity, "finite", emb_cos, lambda a: dict(a=_nan_at(a["a"])), r"a must be finite", "nan_a"),
+    C(emb.init_params, "K", lambda: dict(n_vocab=4, dim=2, key=KEY), lambda a: dict(dim=0),
+      r"dim must be an integer >= 1", "zero_dim"),
+    C(emb.negative_sampling_loss, "K", emb_ns, lambda a: dict(k=0), r"k must be an integer >= 1", "zero_k"),
+    C(emb.cooccurrence, "K", emb_cooc, lambda a: dict(window=0), r"window must be an integer >= 1", "zero_window"),
+    C(emb.ring_transition, "K", lambda: dict(n_vocab=5), lambda a: dict(n_vocab=2),
+      r"n_vocab must be an integer >= 3", "tiny_ring"),
+    C(emb.fit, "K", emb_fit, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(emb.fit, "K", emb_fit, lambda a: dict(batch_size=0, key=KEY), r"batch_size must be an integer >= 1",
+      "zero_batch"),
+    C(emb.init_params, "positive", lambda: dict(n_vocab=4, dim=2, key=KEY), lambda a: dict(scale=0.0),
+      r"scale must be a finite scalar > 0", "zero_scale"),
+    C(emb.noise_distribution, "positive", emb_counts_only, lambda a: dict(power=0.0),
+      r"power must be a finite scalar > 0", "zero_power"),
+    C(emb.ring_transition, "positive", lambda: dict(n_vocab=5), lambda a: dict(stay=-0.1),
+      r"stay must be a finite scalar >= 0", "negative_stay"),
+    C(emb.init_params, "dtype", lambda: dict(n_vocab=4, dim=2, key=KEY), lambda a: dict(dtype=jnp.int32),
+      r"dtype must be a floating dtype", "int_dtype"),
+    C(emb.cooccurrence, "dtype", emb_cooc, lambda a: dict(tokens=jnp.asarray([0.0, 1.0])),
+      r"tokens must hold integer token ids", "float_tokens"),
+    C(emb.analogy, "dtype", emb_analogy, lambda a: dict(a=jnp.asarray([0.0, 1.0])),
+      r"a must hold integer token ids", "float_a"),
+    C(emb.softmax_loss, "domain", emb_args, lambda a: dict(counts=-a["counts"]), r"counts must be non-negative",
+      "negative_counts"),
+    C(emb.pmi, "domain", emb_counts_only, lambda a: dict(counts=jnp.zeros((4, 4))),
+      r"counts must have a positive total", "zero_counts"),
+    C(emb.negative_sampling_loss, "domain", emb_ns, lambda a: dict(noise=jnp.full((4,), 0.5)),
+      r"noise must be a probability vector", "noise_sum"),
+    C(emb.cooccurrence, "domain", emb_cooc, lambda a: dict(tokens=jnp.asarray([0, 3])),
+      r"tokens must hold token ids in 0..2", "token_range"),
+    C(emb.sample_chain, "domain", emb_chain, lambda a: dict(transition=jnp.full((3, 3), 0.5)),
+      r"transition must be row-stochastic", "not_stochastic"),
+    C(emb.ring_transition, "domain", lambda: dict(n_vocab=5), lambda a: dict(stay=1.0),
+      r"stay must be in \[0, 1\)", "stay_one"),
+    C(emb.cosine_similarity, "domain", emb_cos, lambda a: dict(a=a["a"].at[0].set(0.0)),
+      r"non-zero rows", "zero_row"),
+    C(emb.fit, "domain", emb_fit, lambda a: dict(objective="nce"), r"objective must be one of", "objective"),
+    C(emb.log_partition, "type", emb_params_only, lambda a: dict(params=(a["params"].U, a["params"].V)),
+      r"params must be embedding.Params", "tuple_params"),
+    C(emb.fit, "type", emb_fit, lambda a: dict(optimizer=None), r"optimizer must be an optax", "no_optimizer"),
+    C(emb.fit, "type", emb_fit, lambda a: dict(batch_size=2), r"key is required when batch_size is given",
+      "batch_without_key"),
+]
+
+
 def rbm_params_only():
     return dict(params=rbm_args()["params"])
 
@@ -960,6 +1072,21 @@ INT_INPUTS = [
     (rbm.gibbs_transition_matrix, rbm_params_only, "params.W"),
     (rbm.expected_cd_gradient, lambda: dict(rbm_args(), k=1), "params.W"),
     (rbm.fit, rbm_fit, "params.W"),
+    # embedding: embeddings, noise distribution and transition matrix are continuous
+    # (co-occurrence counts and token ids are discrete data: see test_integer_data_is_cast_exactly)
+    (emb.scores, emb_params_only, "params.U"),
+    (emb.log_partition, emb_params_only, "params.V"),
+    (emb.energy, emb_args, "params.U"),
+    (emb.grad_energy, emb_args, "params.U"),
+    (emb.softmax_loss, emb_args, "params.U"),
+    (emb.grad_softmax_loss, emb_args, "params.V"),
+    (emb.negative_sampling_loss, emb_ns, "noise"),
+    (emb.grad_negative_sampling_loss, emb_ns, "params.U"),
+    (emb.sampled_negative_sampling_loss, emb_sampled, "params.U"),
+    (emb.sample_chain, emb_chain, "transition"),
+    (emb.cosine_similarity, emb_cos, "a"),
+    (emb.analogy, emb_analogy, "emb"),
+    (emb.fit, emb_fit, "params.U"),
     # slds
     (slds.residuals, slds_energy, "x"),
     (slds.sim, slds_energy, "x"),
@@ -1101,6 +1228,7 @@ REQUIRED = {
     "multihop": {"shape", "finite", "beta", "mask", "dtype", "type"},
     "expanding": {"shape", "finite", "K", "positive", "mask", "dtype", "domain"},
     "structural_tasks": {"diverge"},
+    "embedding": {"shape", "finite", "K", "positive", "dtype", "domain", "type", "diverge"},
 }
 for _m in ("gmm", "slds", "slot_attention", "rbm", "mixture_pc", "pcn"):
     REQUIRED[_m] = REQUIRED[_m] | {"diverge"}
@@ -1161,6 +1289,8 @@ CASES += [
       lambda a: dict(lam=1e-300), "slot_attention.fit: " + DIVERGE, "tiny_lam"),
     C(rbm.fit, "diverge", rbm_fit, lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
       "rbm.fit: " + DIVERGE + ".*lower learning_rate", "huge_rate"),
+    C(emb.fit, "diverge", emb_fit, lambda a: dict(optimizer=_HUGE_STEP),
+      "embedding.fit: " + DIVERGE + ".*lower the optimizer's learning rate", "huge_rate"),
     C(mpc.fit, "diverge", pc_fit, lambda a: dict(optimizer=_HUGE_STEP), "mixture_fit: " + DIVERGE,
       "huge_rate"),
     C(pcn.fit, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn_train: " + DIVERGE,
@@ -1175,7 +1305,7 @@ CASES += [
 
 # Every public fit, trainer and training run (the drivers that take many steps on
 # their own) has a "diverge" case.
-FITS = {gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
+FITS = {emb.fit, gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
         dmlp.fit, toy.run_multihop_experiment, toy.run_multihop_experiments,
         toy.run_expanding_experiment}
 
@@ -1187,7 +1317,7 @@ def test_every_fit_has_a_diverge_case():
     # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
     missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
     assert not missing, missing
-    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy):
+    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, emb):
         for name, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ == mod.__name__ and not name.startswith("_") and (
                     name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
@@ -1225,6 +1355,8 @@ NO_CONTINUOUS_ARRAY = {
     "structural": set(),
     "multihop": set(),
     "expanding": {"self_attention_ops"},
+    # counts and token ids are discrete data (integer dtypes accepted and cast)
+    "embedding": {"init_params", "ring_transition", "cooccurrence", "skipgram_pairs", "noise_distribution", "pmi"},
 }
 
 
@@ -1233,7 +1365,7 @@ def test_every_continuous_input_has_an_integer_dtype_case():
 
     modules = dict(attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
                    expanding=expanding, diffusion_mlp=dmlp, rbm=rbm, slds=slds, slot_attention=slot_attention,
-                   diffusion=diffusion, sharding=sharding, gmm=gmm)
+                   diffusion=diffusion, sharding=sharding, gmm=gmm, embedding=emb)
     with_case = {(c.module, c.fn.__name__) for c in CASES if c.kind == "dtype"}
     for name, module in modules.items():
         public = {n for n in module.__all__ if inspect.isfunction(getattr(module, n))}
@@ -1247,8 +1379,9 @@ def test_every_continuous_input_has_an_integer_dtype_case():
     "fn, make, arg",
     [
         (rbm.free_energy, rbm_args, "v"),
+        (emb.softmax_loss, emb_args, "counts"),
     ],
-    ids=["rbm.free_energy-v"],
+    ids=["rbm.free_energy-v", "embedding.softmax_loss-counts"],
 )
 def test_integer_data_is_cast_exactly(fn, make, arg):
     """rbm accepts integer *data* (binary pixels) and casts it; the result equals the float call.
