@@ -1,6 +1,6 @@
 """Run every comparison side by side and print one table of ratios; also write ``_build/bench.json``.
 
-Usage: ``python benchmarks/run.py [--scale S] [--only gmm,attention,rbm,structural,scaling]``.
+Usage: ``python benchmarks/run.py [--scale S] [--only gmm,attention,rbm,structural,scaling,gru]``.
 ``--scale`` (default 1) multiplies the data sizes of the GMM and RBM rows, for quick runs.
 Timings are medians of alternating repetitions within this one process; the
 load average is printed with them, since they depend on the machine.
@@ -25,7 +25,7 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-from benchmarks import bench_attention, bench_gmm, bench_rbm, bench_scaling, bench_structural  # noqa: E402
+from benchmarks import bench_attention, bench_gmm, bench_gru, bench_rbm, bench_scaling, bench_structural  # noqa: E402
 from benchmarks.common import load_average  # noqa: E402
 
 
@@ -51,7 +51,7 @@ def table(rows) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling")
+    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling,gru")
     ap.add_argument("--out", default=str(ROOT / "_build" / "bench.json"))
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
@@ -65,6 +65,7 @@ def main(argv=None) -> int:
         "rbm": lambda: bench_rbm.run(tiles=max(1, round(10 * s))),
         "structural": lambda: bench_structural.run(),
         "scaling": lambda: bench_scaling.run(),
+        "gru": lambda: bench_gru.run(ns=tuple(max(1024, int(n * s)) for n in (4096, 16384, 65536))),
     }
     for name, job in jobs.items():
         if name in only:

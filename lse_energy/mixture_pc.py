@@ -581,7 +581,7 @@ def fit(
                                                              infer_steps, learn_steps, step_size is None,
                                                              every))
     out = core.FitResult(p, energies, n_rounds, None, extras)
-    _validate.require_finite("fit", out, steps=out.extras.learn_energy,
+    _validate.require_finite("mixture_pc.fit", out, steps=out.extras.learn_energy,
                         hint="lower the optimizer's learning rate or step_size (None picks a safe one)")
     return out
 

@@ -645,7 +645,7 @@ def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
     p, energies, extras = _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs,
                                      batch_size, infer_steps)
     out = core.FitResult(p, energies, n_epochs, None, extras)
-    _validate.require_finite("fit", out, steps=out.energies,
+    _validate.require_finite("pcn.fit", out, steps=out.energies,
                         hint="lower the optimizer's learning rate or the inference step_size")
     return out
 

@@ -23,21 +23,27 @@ import jax
 import jax.numpy as jnp
 
 from lse_energy import (
+    adversarial,
     anpc,
     attention,
     core,
     diffusion,
     embedding,
     expanding,
+    gan,
     gmm,
+    gru,
     hopfield,
+    lif,
     mixture_pc,
     multihop,
     pcn,
+    population,
     rbm,
     slds,
     slot_attention,
     structural,
+    vae,
 )
 
 __all__ = ["Model", "MODELS", "get"]
@@ -150,6 +156,41 @@ def _embedding(key):
     return dict(params=embedding.Params(_n(key, 0, (n, d), 0.5), _n(key, 1, (n, d), 0.5)), counts=counts)
 
 
+def _gan(key):
+    params = gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,),
+                             dtype=jnp.result_type(float))
+    return dict(params=params, x=_n(key, 1, (3, 2)), z=_n(key, 2, (2, 2)))
+
+
+def _gru(key):
+    params = gru.MinParams(_n(key, 0, (3, 4), 0.5), _n(key, 1, (4,), 0.1), _n(key, 2, (3, 4), 0.5),
+                           _n(key, 3, (4,), 0.5), _n(key, 4, (4, 2), 0.5), _n(key, 5, (2,), 0.1))
+    return dict(params=params, xs=_n(key, 6, (2, 5, 3)))
+
+
+def _adversarial(key):
+    params = adversarial.init_params(4, 3, 3, key=key, dtype=jnp.result_type(float))
+    params = params._replace(b1=_n(key, 1, (3,), 0.3), b2=_n(key, 2, (3,), 0.3))
+    return dict(params=params, x=_n(key, 3, (5, 4)), t=jnp.asarray([0, 2, 1, 1, 0]))
+
+
+def _population(key):
+    # 2 spike-count responses (children) over 4 candidate stimuli (parents) of 3 Poisson neurons;
+    # counts are real-valued (the continuous relaxation) and kept >= 1 so check_grads stays in the domain
+    counts = 1.0 + jnp.abs(_n(key, 0, (2, 3), 2.0))
+    expected = 0.5 + jnp.exp(_n(key, 1, (4, 3), 0.5))
+    return dict(counts=counts, expected_counts=expected)
+
+
+def _lif(key):
+    return dict(currents=1.5 + jnp.abs(_n(key, 0, (5,), 3.0)))
+
+
+def _vae(key):
+    prior = vae.MixturePrior(_n(key, 0, (3,)), _n(key, 1, (3, 2)), _n(key, 2, (3, 2), 0.3))
+    return dict(prior=prior, z=_n(key, 3, (4, 2)))
+
+
 MODELS: tuple[Model, ...] = (
     Model("core", "01_lse_energy", "the log-sum-exp energy", core.energy, True, _core, ("sim",)),
     Model("gmm", "02_gmm", "Gaussian mixtures", gmm.energy, True, _gmm, ("params.means", "x")),
@@ -175,8 +216,20 @@ MODELS: tuple[Model, ...] = (
           ("params", "xs")),
     Model("anpc", "13_attention_normalised_pc", "attention-normalised predictive coding", anpc.energy, True, _anpc,
           ("params", "x")),
+    Model("gru", "15_gru", "GRU and minGRU (no energy; parallel and log-space scans)", gru.min_gru, False, _gru,
+          ("params.U", "params.b", "params.U_g", "params.b_g", "xs")),
     Model("embedding", "17_embeddings", "vector embeddings (skip-gram log-partition)", embedding.energy, True,
           _embedding, ("params",)),
+    Model("vae", "18_vae", "variational autoencoders: the mixture prior's energy", vae.prior_energy, True, _vae,
+          ("prior", "z")),
+    Model("adversarial", "19_adversarial", "adversarial attacks and TRADES (cross-entropy, no energy)",
+          adversarial.example_losses, False, _adversarial, ("params", "x")),
+    Model("population", "20_population_coding", "population coding: Bayesian decoding of Poisson counts",
+          population.energy, True, _population, ("counts", "expected_counts")),
+    Model("lif", "20_population_coding", "leaky integrate-and-fire rate curve (no energy)", lif.rate, False,
+          _lif, ("currents",)),
+    Model("gan", "21_gans", "GANs: the discriminator's logistic (two-parent) energy", gan.energy, True, _gan,
+          ("params", "x", "z")),
 )
 
 

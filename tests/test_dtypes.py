@@ -35,10 +35,12 @@ if str(HERE) not in sys.path:
 import test_validation as V  # noqa: E402  (valid-argument factories)
 
 from lse_energy import attention, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention  # noqa: E402
+from lse_energy import lif, population  # noqa: E402
 from lse_energy import expanding, structural  # noqa: E402
 from lse_energy.experiments import diffusion_mlp as dmlp  # noqa: E402
 from lse_energy.experiments import structural_tasks as toy  # noqa: E402
-from lse_energy import anpc, pcn  # noqa: E402
+from lse_energy import anpc, gan, gru, pcn, vae  # noqa: E402
+from lse_energy import adversarial  # noqa: E402
 from lse_energy import embedding  # noqa: E402
 from lse_energy import mixture_pc as mpc  # noqa: E402
 
@@ -63,7 +65,16 @@ def _expanding():
     return dict(q=V._normal((2, 3)), k=V._normal((2, 6, 3), 1), v=V._normal((2, 6, 2), 2), max_steps=3)
 
 
+def _gan_fit():
+    a = V.gan_args()
+    return dict(params=a["params"], data=a["x"], key=V.KEY, d_optimizer=optax.adam(1e-3),
+                g_optimizer=optax.adam(1e-3), n_steps=2, batch_size=2)
+
+
 DRIVERS = {
+    "gan.fit": (gan.fit, _gan_fit),
+    "population.simulate": (population.simulate, V.pop_sim),
+    "lif.simulate": (lif.simulate, V.lif_sim),
     "gmm.fit": (gmm.fit, V.gmm_fit),
     "gmm.em_step": (gmm.em_step, V.gmm_energy),
     "sharding.sharded_fit": (sharding.sharded_fit, lambda: dict(V.gmm_fit(), mesh=sharding.data_mesh())),
@@ -81,9 +92,18 @@ DRIVERS = {
     "mixture_pc.fit": (mpc.fit, V.pc_fit),
     "pcn.infer": (pcn.infer, V.pcn_infer_args),
     "pcn.fit": (pcn.fit, V.pcn_train_args),
+    "adversarial.fit": (adversarial.fit, V.adv_fit),
+    "adversarial.pgd": (adversarial.pgd, V.adv_pgd),
+    "adversarial.inner_maximize": (adversarial.inner_maximize, V.adv_inner),
+    "adversarial.minimal_perturbation": (adversarial.minimal_perturbation, V.adv_minimal),
     "anpc.infer": (anpc.infer, V.anpc_infer_args),
     "diffusion_mlp.fit": (dmlp.fit, _diffusion_fit),
     "expanding.attend": (expanding.attend, _expanding),
+    "gru.fit": (gru.fit, V.gru_fit),
+    "gru.gru": (gru.gru, V.gru_gru_args),
+    "gru.min_gru": (gru.min_gru, V.gru_min_args),
+    "gru.scan_log_signed": (gru.scan_log_signed, V.gru_signed_args),
+    "vae.fit": (vae.fit, V.vae_fit),
 }
 
 
@@ -111,7 +131,7 @@ def test_registry_names_every_fit():
     import inspect
 
     missing = []
-    for mod in (gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, embedding):
+    for mod in (gru, gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, embedding, gan, vae):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue

@@ -42,8 +42,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, slds, slot_attention
-from lse_energy import anpc, expanding, pcn, structural
+from lse_energy import attention, core, diffusion, gan, gmm, hopfield, rbm, slds, slot_attention, vae
+from lse_energy import anpc, expanding, pcn, population, structural
 from lse_energy import embedding
 from lse_energy import mixture_pc as mpc
 from lse_energy.experiments import diffusion_mlp as dmlp
@@ -567,6 +567,108 @@ def build_embedding(seed, n, k, d, scale):
                     np_ref, mp_ref)
 
 
+def build_gan(seed, n, k, d, scale):
+    """n real samples x, k noises z (children), parents {0, -+a}; linear D a(x) = x w + c, affine G(z) = z A + m."""
+    rng = np.random.default_rng(seed)
+    w, c = rng.normal(size=(d, 1)), rng.normal(size=1)
+    A, m = rng.normal(size=(d, d)), rng.normal(size=d)
+    params = gan.Params(gan.MLP((jnp.asarray(A),), (jnp.asarray(m),)), gan.MLP((jnp.asarray(w),), (jnp.asarray(c),)))
+    z = dict(x=jnp.asarray(scale * rng.normal(size=(n, d))), z=jnp.asarray(scale * rng.normal(size=(k, d))))
+
+    def p(z):
+        dt = z["x"].dtype
+        return jax.tree_util.tree_map(lambda a: a.astype(dt), params)
+
+    def grad(z):
+        q = p(z)
+        a_r, a_f = gan.logit(q, z["x"]), gan.logit(q, gan.generate(q, z["z"]))
+        n_r, n_f = a_r.shape[0], a_f.shape[0]
+        g_r = -n_r * gan.grad_logistic_loss(a_r, jnp.ones_like(a_r))    # dE/da_real = 1 - sigma(a)
+        g_f = -n_f * gan.grad_logistic_loss(a_f, jnp.zeros_like(a_f))   # dE/da_fake = -sigma(a)
+        wv = q.discriminator.weights[0][:, 0]
+        return dict(x=g_r[:, None] * wv[None, :], z=g_f[:, None] * (q.generator.weights[0] @ wv)[None, :])
+
+    def sims(z):
+        q = p(z)
+        s = jnp.concatenate([-gan.logit(q, z["x"]), gan.logit(q, gan.generate(q, z["z"]))])
+        return jnp.stack([jnp.zeros_like(s), s], axis=-1)
+
+    def np_ref(z):  # sum ln D(x) + sum ln(1 - D(G(z))) with logaddexp
+        a_r = (z["x"] @ w)[:, 0] + c[0]
+        a_f = ((z["z"] @ A + m) @ w)[:, 0] + c[0]
+        return float(-np.sum(np.logaddexp(0.0, -a_r)) - np.sum(np.logaddexp(0.0, a_f)))
+
+    def mp_ref(z):
+        def lin(row, W, b):
+            return [mp.fsum(mp.mpf(float(row[i])) * mp.mpf(float(W[i, j])) for i in range(W.shape[0]))
+                    + mp.mpf(float(b[j])) for j in range(W.shape[1])]
+        rows = [[mp.mpf(0), -lin(x, w, c)[0]] for x in z["x"]]
+        for zz in z["z"]:
+            g = lin(zz, A, m)
+            a = mp.fsum(g[i] * mp.mpf(float(w[i, 0])) for i in range(d)) + mp.mpf(float(c[0]))
+            rows.append([mp.mpf(0), a])
+        return _mp_lse_energy(rows)
+
+    return Instance(z, lambda z: gan.energy(p(z), z["x"], z["z"]), grad, sims, np_ref, mp_ref)
+
+
+def build_population(seed, n, k, d, scale):
+    """n responses (children), k candidate stimuli (parents), d Poisson neurons;
+    sim(n, s_j) = sum_i n_i ln F_ji - sum_i F_ji; counts real >= 0 (continuous relaxation), grown by scale."""
+    rng = np.random.default_rng(seed)
+    F = jnp.asarray(rng.uniform(0.2, 5.0, size=(k, d)))
+    z = dict(counts=jnp.asarray(scale * 3.0 * np.abs(rng.normal(size=(n, d)))))
+
+    def np_sim(z):
+        return z["counts"] @ np.log(np.asarray(F)).T - np.asarray(F).sum(axis=1)
+
+    def mp_ref(z):
+        Fm = [[mp.mpf(float(v)) for v in row] for row in np.asarray(F)]
+        rows = [[mp.fsum(mp.mpf(float(c[i])) * mp.log(Fm[j][i]) - Fm[j][i] for i in range(d)) for j in range(k)]
+                for c in z["counts"]]
+        return _mp_lse_energy(rows)
+
+    def f_like(z):  # F in the dtype of the point (the float32 test casts z only)
+        return F.astype(z["counts"].dtype)
+
+    return Instance(z, lambda z: population.energy(z["counts"], f_like(z)),
+                    lambda z: dict(counts=population.grad_energy(z["counts"], f_like(z))),
+                    lambda z: population.sim(z["counts"], f_like(z)),
+                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+
+
+def build_vae(seed, n, k, d, scale):
+    """n latent codes z (children), k mixture components of the prior (parents), diagonal covariances."""
+    rng = np.random.default_rng(seed)
+    z = dict(logits=jnp.asarray(rng.normal(size=k)), means=jnp.asarray(rng.normal(size=(k, d))),
+             log_scales=jnp.asarray(0.3 * rng.normal(size=(k, d))), z=jnp.asarray(scale * rng.normal(size=(n, d))))
+
+    def prior(z):
+        return vae.MixturePrior(z["logits"], z["means"], z["log_scales"])
+
+    def grad(z):
+        g, g_z = vae.grad_prior_energy(prior(z), z["z"])
+        return dict(logits=g.logits, means=g.means, log_scales=g.log_scales, z=g_z)
+
+    def np_sim(z):  # ln pi_k + sum_j ln N(z_nj; m_kj, s_kj^2), written out
+        log_pi = z["logits"] - _np_lse(z["logits"][None])[0]
+        s2 = np.exp(2 * z["log_scales"])
+        diff = z["z"][:, None, :] - z["means"][None]
+        return log_pi[None] + np.sum(-0.5 * diff**2 / s2[None] - 0.5 * np.log(2 * np.pi * s2[None]), axis=-1)
+
+    def mp_ref(z):
+        lse_pi = mp.log(mp.fsum(mp.exp(mp.mpf(float(a))) for a in z["logits"]))
+        rows = [[mp.mpf(float(z["logits"][j])) - lse_pi
+                 + mp.fsum(-(mp.mpf(float(z["z"][i, c])) - mp.mpf(float(z["means"][j, c]))) ** 2
+                           / (2 * mp.exp(2 * mp.mpf(float(z["log_scales"][j, c]))))
+                           - mp.mpf(float(z["log_scales"][j, c])) - mp.log(2 * mp.pi) / 2 for c in range(d))
+                 for j in range(k)] for i in range(n)]
+        return _mp_lse_energy(rows)
+
+    return Instance(z, lambda z: vae.prior_energy(prior(z), z["z"]), grad, lambda z: vae.prior_sim(prior(z), z["z"]),
+                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+
+
 class Model(NamedTuple):
     name: str
     build: Callable
@@ -589,6 +691,9 @@ MODELS = [
     Model("expanding", build_expanding, 1.0),
     Model("anpc", build_anpc, 2.0),
     Model("embedding", build_embedding, 2.0),
+    Model("gan", build_gan, 1.0),
+    Model("population", build_population, 1.0),
+    Model("vae", build_vae, 2.0),
 ]
 MODEL_PARAMS = [pytest.param(m, id=m.name) for m in MODELS]
 
@@ -797,9 +902,17 @@ _PCN = pcn.init_params((2, 3, 2), key=jax.random.key(3))
 _SLDS = slds.init_params(_TRAJ, 2, key=jax.random.key(4))
 _EMB = embedding.init_params(4, 2, key=jax.random.key(5))
 _EMB_COUNTS = jnp.asarray(np.random.default_rng(11).integers(1, 4, size=(4, 4)).astype(float))
+_VAE = vae.init_params(3, 2, 4, key=jax.random.key(6), n_components=2)
+_VAE_X = jnp.asarray(np.random.default_rng(12).random((6, 3)))
 _SGD = optax.sgd(1e-2)  # one object: the optimizer is a static (hashed) argument of the jitted drivers
 
+_GAN = gan.init_params(2, 2, key=jax.random.key(5), generator_hidden=(3,), discriminator_hidden=(3,))
+
 KEYED = {
+    "gan.init_params": lambda key: gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
+    "gan.init_mlp": lambda key: gan.init_mlp((2, 3, 1), key=key),
+    "gan.sample_mixture": lambda key: gan.sample_mixture(_DATA2[:3], 0.1, 5, key=key),
+    "gan.fit": lambda key: gan.fit(_GAN, _DATA2, key=key, d_optimizer=_SGD, g_optimizer=_SGD, n_steps=2, batch_size=4),
     "gmm.init_params": lambda key: gmm.init_params(_DATA2, 2, key=key),
     "gmm.fit": lambda key: gmm.fit(_DATA2, 2, key=key, max_iter=2),
     "slds.init_params": lambda key: slds.init_params(_TRAJ, 2, key=key),
@@ -826,11 +939,17 @@ KEYED = {
     "mixture_pc.init_params": lambda key: mpc.init_params(2, 3, 2, key=key),
     "mixture_pc.sample": lambda key: mpc.sample(_PCMLP, 2, 3, key=key),
     "pcn.init_params": lambda key: pcn.init_params((2, 3, 2), key=key),
+    "population.init_params": lambda key: population.init_params(2, 5, key=key),
     "pcn.fit": lambda key: pcn.fit(_PCN, _DATA2, _DATA2, key=key, optimizer=_SGD,
                                                             n_epochs=1, batch_size=4, infer_steps=2),
     "embedding.init_params": lambda key: embedding.init_params(4, 2, key=key),
     "embedding.sample_chain": lambda key: embedding.sample_chain(embedding.ring_transition(5), 20, key=key),
     "embedding.fit": lambda key: embedding.fit(_EMB, _EMB_COUNTS, optimizer=_SGD, n_steps=2, batch_size=3, key=key),
+    "vae.init_params": lambda key: vae.init_params(3, 2, 4, key=key, n_components=2),
+    "vae.init_prior": lambda key: vae.init_prior(2, 2, key=key),
+    "vae.elbo": lambda key: vae.elbo(_VAE, _VAE_X, key=key, n_samples=2),
+    "vae.iwae": lambda key: vae.iwae(_VAE, _VAE_X, key=key, n_samples=3),
+    "vae.fit": lambda key: vae.fit(_VAE, _VAE_X, key=key, optimizer=_SGD, n_epochs=2, batch_size=3),
 }
 
 
@@ -847,7 +966,7 @@ def test_keyed_registry_is_complete():
     from lse_energy import rbm as m5, slds as m6, slot_attention as m7
 
     found = set()
-    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7, dmlp, embedding):
+    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7, population, dmlp, embedding, gan, vae):
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj) and not isinstance(obj, type):

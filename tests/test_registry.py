@@ -162,7 +162,9 @@ def _fits():
     """Every public fit in the package, each as a small call (name -> thunk)."""
     import optax
 
-    from lse_energy import diffusion, embedding, gmm, mixture_pc, pcn, rbm, sharding, slds, slot_attention
+    from lse_energy import adversarial
+    from lse_energy import diffusion, embedding, gan, gmm, gru, mixture_pc, pcn, rbm, sharding, slds, slot_attention
+    from lse_energy import vae
     from lse_energy.experiments import diffusion_mlp
 
     rng = np.random.default_rng(0)
@@ -186,15 +188,25 @@ def _fits():
                                                  jnp.zeros((2, 1)), optimizer=sgd, n_rounds=3,
                                                  infer_steps=2, learn_steps=2),
         "slot_attention.fit": lambda: slot_attention.fit(sp, x2, x2[:3], n_steps=3),
+        "adversarial.fit": lambda: adversarial.fit(adversarial.init_params(2, 3, 2, key=key), x2,
+                                                   jnp.asarray(np.arange(12) % 2), key=key, optimizer=sgd,
+                                                   n_epochs=3, batch_size=4, beta=1.0, epsilon=0.1,
+                                                   inner_steps=2),
         "rbm.fit": lambda: rbm.fit(r, binary, key=key, n_epochs=3, batch_size=3),
         "embedding.fit": lambda: embedding.fit(embedding.init_params(4, 2, key=key),
                                                jnp.asarray(rng.integers(1, 4, size=(4, 4)).astype(float)),
                                                optimizer=sgd, n_steps=3),
+        "gru.fit": lambda: gru.fit(gru.init_params(2, 3, 2, key=key), jnp.asarray(rng.normal(size=(6, 4, 2))),
+                                   jnp.array([0, 1, 0, 1, 1, 0]), key=key, optimizer=sgd, n_epochs=3, batch_size=3),
         "pcn.fit": lambda: pcn.fit(pcn.init_params((2, 3, 2), key=key), x2, x2, key=key, optimizer=sgd,
                                    n_epochs=3, batch_size=4, infer_steps=2),
+        "gan.fit": lambda: gan.fit(gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
+                                   x2, key=key, d_optimizer=sgd, g_optimizer=sgd, n_steps=3, batch_size=4),
         "diffusion_mlp.fit": lambda: diffusion_mlp.fit(diffusion_mlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
                                                        x2, diffusion.linear_schedule(8), sgd, key=key, n_steps=3,
                                                        batch_size=4),
+        "vae.fit": lambda: vae.fit(vae.init_params(2, 1, 3, key=key), jnp.asarray(rng.random((12, 2))), key=key,
+                                   optimizer=sgd, n_epochs=3, batch_size=4),
     }
 
 

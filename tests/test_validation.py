@@ -37,11 +37,12 @@ import numpy as np
 import optax
 import pytest
 
-from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention
-from lse_energy import anpc, pcn
+from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention, vae
+from lse_energy import anpc, gan, pcn
+from lse_energy import adversarial
 from lse_energy import embedding as emb
 from lse_energy import mixture_pc as mpc
-from lse_energy import expanding, multihop, structural
+from lse_energy import expanding, gru, lif, multihop, population, structural
 from lse_energy.experiments import structural_tasks as toy
 from lse_energy.experiments import diffusion_mlp as dmlp
 
@@ -110,6 +111,110 @@ def _ints(a):
 
 
 KEY = jax.random.key(0)
+
+
+def adv_args():
+    params = adversarial.init_params(4, 3, 3, key=KEY)
+    x = jnp.asarray(_rng(7).uniform(0.1, 0.9, (5, 4)))
+    return dict(params=params, x=x, t=jnp.asarray([0, 2, 1, 1, 0]))
+
+
+def adv_binary():
+    params = adversarial.init_params(4, 3, 1, key=KEY)
+    a = adv_args()
+    return dict(params=params, x=a["x"], t=jnp.asarray([1, -1, 1, -1, 1]), x_adv=a["x"] + 0.05, beta=1.0)
+
+
+def adv_trades():
+    return dict(adv_args(), x_adv=adv_args()["x"] + 0.05, beta=2.0)
+
+
+def adv_binary_x():
+    a = adv_binary()
+    return dict(params=a["params"], x=a["x"])
+
+
+def adv_x():
+    a = adv_args()
+    return dict(params=a["params"], x=a["x"])
+
+
+def adv_fgsm():
+    return dict(adv_args(), epsilon=0.1, box=(0.0, 1.0))
+
+
+def adv_step():
+    return dict(adv_args(), k=0.1, epsilon=0.1, box=(0.0, 1.0))
+
+
+def adv_pgd():
+    return dict(adv_args(), epsilon=0.1, step_size=0.05, n_steps=2, box=(0.0, 1.0))
+
+
+def adv_minimal():
+    return dict(adv_args(), eps_max=0.5, n_bisect=5)
+
+
+def adv_inner():
+    return dict(adv_x(), epsilon=0.1, key=KEY, step_size=0.05, n_steps=2)
+
+
+def adv_kl():
+    return dict(z=_normal((3, 4)), z_adv=_normal((3, 4), 1))
+
+
+def adv_fit():
+    return dict(adv_args(), key=KEY, optimizer=optax.sgd(1e-2), n_epochs=1, batch_size=2, beta=1.0,
+                epsilon=0.1, inner_steps=2)
+
+
+def vae_prior():
+    return dict(prior=vae.MixturePrior(_normal(3), _normal((3, 2), 1), 0.3 * _normal((3, 2), 2)), z=_normal((4, 2), 3))
+
+
+def vae_x():
+    return dict(params=vae.init_params(4, 2, 5, key=KEY, n_components=2), x=jnp.asarray(_rng(4).random((6, 4))))
+
+
+def vae_z():
+    return dict(params=vae_x()["params"], z=_normal((6, 2), 5))
+
+
+def vae_lik():
+    return dict(vae_x(), z=_normal((6, 2), 5))
+
+
+def vae_eps():
+    return dict(vae_x(), eps=_normal((3, 6, 2), 6))
+
+
+def vae_loss():
+    return dict(vae_x(), eps=_normal((6, 2), 6))
+
+
+def vae_keyed():
+    return dict(vae_x(), key=KEY, n_samples=3)
+
+
+def vae_gauss():
+    return dict(mu=_normal((4, 2)), logvar=0.3 * _normal((4, 2), 1))
+
+
+def vae_fit():
+    return dict(vae_x(), key=KEY, optimizer=optax.adam(1e-2), n_epochs=2, batch_size=3)
+
+
+def vae_lg():
+    return dict(W=_normal((3, 2)), b=_normal(3, 1), sigma=0.5, x=_normal((2, 3), 2))
+
+
+def vae_lg_weights():
+    return dict(vae_lg(), q_mean=_normal((2, 2), 3), q_chol=jnp.eye(2), eps=_normal((4, 2, 2), 4))
+
+
+def _vae_prior_field(field, make_bad):
+    return lambda a: dict(prior=a["prior"]._replace(**{field: make_bad(getattr(a["prior"], field))}))
+
 
 # ---------------------------------------------------------------------------
 # Valid-argument factories, one or two per module
@@ -456,6 +561,49 @@ CASES: list[Case] = [
       lambda a: dict(n_per_blob=0), r"n_per_blob must be an integer >= 1", "zero_per_blob"),
     C(slot_attention.blob_scene, "finite", lambda: dict(n_blobs=2, key=KEY, n_per_blob=3, min_separation=0.1, n_candidates=64),
       lambda a: dict(min_separation=np.nan), r"min_separation must be a finite scalar >= 0", "nan_separation"),
+    # --- vae ----------------------------------------------------------------
+    C(vae.encode, "shape", vae_x, lambda a: dict(x=jnp.zeros((3, 5))), r"x has dimension d = 5", "x_width"),
+    C(vae.prior_energy, "shape", vae_prior, _vae_prior_field("log_scales", lambda s: s[:, :1]),
+      r"prior.log_scales must have shape", "log_scales"),
+    C(vae.prior_energy, "shape", vae_prior, lambda a: dict(z=jnp.zeros((4, 3))), r"z has dimension d = 3", "z_width"),
+    C(vae.log_weights, "shape", vae_eps, lambda a: dict(eps=jnp.zeros((3, 5, 2))), r"eps must have shape", "eps"),
+    C(vae.encode, "shape", vae_x, lambda a: dict(params=a["params"]._replace(out_b=jnp.zeros(5))),
+      r"params.out_b must have shape", "out_b"),
+    C(vae.linear_gaussian_log_marginal, "shape", vae_lg, lambda a: dict(b=jnp.zeros(2)), r"b must have shape",
+      "b"),
+    C(vae.gaussian_kl, "shape", vae_gauss, lambda a: dict(logvar=jnp.zeros((4, 3))), r"logvar must have the shape",
+      "logvar"),
+    C(vae.encode, "finite", vae_x, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
+    C(vae.prior_energy, "finite", vae_prior, lambda a: dict(z=_nan_at(a["z"])), r"z must be finite", "nan_z"),
+    C(vae.decode, "finite", vae_z, lambda a: dict(params=a["params"]._replace(dec_W=_nan_at(a["params"].dec_W))),
+      r"params.dec_W must be finite", "nan_dec_W"),
+    C(vae.init_params, "K", lambda: dict(n_visible=4, n_latent=2, n_hidden=5, key=KEY), lambda a: dict(n_latent=0),
+      r"n_latent must be an integer >= 1", "zero_latent"),
+    C(vae.init_prior, "K", lambda: dict(n_components=2, n_latent=2, key=KEY), lambda a: dict(n_components=0),
+      r"n_components must be an integer >= 1", "zero_components"),
+    C(vae.iwae, "K", vae_keyed, lambda a: dict(n_samples=0), r"n_samples must be an integer >= 1", "zero_samples"),
+    C(vae.fit, "K", vae_fit, lambda a: dict(batch_size=7), r"batch_size must be <= N = 6", "batch_too_big"),
+    C(vae.log_likelihood, "positive", vae_lik, lambda a: dict(obs_scale=0.0), r"obs_scale must be a finite scalar > 0",
+      "obs_scale"),
+    C(vae.fit, "positive", vae_fit, lambda a: dict(beta=-1.0), r"beta must be a finite scalar > 0", "beta"),
+    C(vae.linear_gaussian_posterior, "positive", vae_lg, lambda a: dict(sigma=0.0), r"sigma must be a finite scalar > 0",
+      "sigma"),
+    C(vae.init_prior, "positive", lambda: dict(n_components=2, n_latent=2, key=KEY), lambda a: dict(scale=0.0),
+      r"scale must be a finite scalar > 0", "scale"),
+    C(vae.init_params, "dtype", lambda: dict(n_visible=4, n_latent=2, n_hidden=5, key=KEY),
+      lambda a: dict(dtype=jnp.int32), r"dtype must be a floating dtype", "int_dtype"),
+    C(vae.init_prior, "dtype", lambda: dict(n_components=2, n_latent=2, key=KEY),
+      lambda a: dict(dtype=jnp.int32), r"dtype must be a floating dtype", "int_dtype"),
+    C(vae.fit, "dtype", vae_fit, lambda a: dict(x=a["x"].astype(jnp.float32)), r"x must have the dtype of params",
+      "x_float32"),
+    C(vae.fit, "type", vae_fit, lambda a: dict(optimizer=object()), r"optimizer must be an optax", "optimizer"),
+    C(vae.encode, "type", vae_x, lambda a: dict(params=tuple(a["params"])), r"params must be vae.Params", "tuple"),
+    C(vae.prior_energy, "type", vae_prior, lambda a: dict(prior=tuple(a["prior"])), r"prior must be vae.MixturePrior",
+      "tuple"),
+    C(vae.fit, "domain", vae_fit, lambda a: dict(x=2.0 * a["x"]), r"x must lie in \[0, 1\]", "x_above_one"),
+    C(vae.loss, "domain", vae_loss, lambda a: dict(decoder="poisson"), r"decoder must be one of", "decoder"),
+    C(vae.linear_gaussian_log_weights, "domain", vae_lg_weights, lambda a: dict(q_chol=-jnp.eye(2)),
+      r"q_chol must have a positive diagonal", "negative_chol"),
     # --- rbm ----------------------------------------------------------------
     C(rbm.free_energy, "shape", rbm_args, lambda a: dict(v=jnp.ones((2, 4))), r"v must have shape \(3,\) or \(N, 3\)", "v_width"),
     C(rbm.free_energy, "shape", rbm_args, lambda a: dict(params=a["params"]._replace(c=jnp.zeros(3))),
@@ -932,6 +1080,160 @@ CASES += [
 ]
 
 
+def gan_args():
+    p = gan.init_params(2, 2, key=KEY, generator_hidden=(3,), discriminator_hidden=(3,))
+    return dict(params=p, x=_normal((4, 2)), z=_normal((3, 2), 1))
+
+
+def gan_logits():
+    return dict(logits=_normal(5), labels=jnp.asarray([0.0, 1.0, 1.0, 0.5, 0.0]))
+
+
+def gan_fit():
+    a = gan_args()
+    return dict(params=a["params"], data=a["x"], key=KEY, d_optimizer=optax.sgd(1e-2), g_optimizer=optax.sgd(1e-2),
+                n_steps=2, batch_size=2)
+
+
+def gan_fit_linear():
+    """Linear discriminator, affine generator: a huge SGD step overflows the weights."""
+    p = gan.init_params(2, 2, key=KEY, generator_hidden=(), discriminator_hidden=())
+    return dict(params=p, data=_normal((8, 2)), key=KEY, d_optimizer=optax.sgd(1e-2), g_optimizer=optax.sgd(1e-2),
+                n_steps=10, batch_size=4)
+
+
+def gan_mixture():
+    return dict(centers=_normal((3, 2)), std=0.5, x=_normal((4, 2), 1))
+
+
+def gan_coverage():
+    return dict(samples=_normal((6, 2)), centers=_normal((3, 2), 1), std=0.5)
+
+
+CASES += [
+    C(gan.discriminator_loss, "shape", gan_args, lambda a: dict(x=_normal((4, 3))), r"x must have shape \(N, 2\)",
+      "x_width"),
+    C(gan.generate, "shape", lambda: {k: v for k, v in gan_args().items() if k != "x"},
+      lambda a: dict(z=_normal(3)), r"z must have shape \(N, 2\)", "z_1d"),
+    C(gan.logistic_loss, "shape", gan_logits, lambda a: dict(labels=jnp.zeros(4)),
+      r"labels must have the shape of logits", "labels_len"),
+    C(gan.energy, "finite", gan_args, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
+    C(gan.energy, "finite", gan_args,
+      lambda a: dict(params=a["params"]._replace(discriminator=gan.MLP(
+          (_nan_at(a["params"].discriminator.weights[0]),) + a["params"].discriminator.weights[1:],
+          a["params"].discriminator.biases))),
+      r"params\.discriminator\.weights\[0\] must be finite", "nan_weight"),
+    C(gan.energy, "type", gan_args, lambda a: dict(params=tuple(a["params"])), r"params must be gan\.Params",
+      "tuple_params"),
+    C(gan.energy, "shape", gan_args,
+      lambda a: dict(params=a["params"]._replace(discriminator=a["params"].generator)),
+      r"params\.discriminator must output one logit", "two_logits"),
+    C(gan.logistic_loss, "domain", gan_logits, lambda a: dict(labels=jnp.asarray([0.0, 1.0, 2.0, 0.5, 0.0])),
+      r"labels must lie in \[0, 1\]", "label_2"),
+    C(gan.generator_loss, "domain", lambda: {k: v for k, v in gan_args().items() if k != "x"},
+      lambda a: dict(generator_loss="wasserstein"), r"generator_loss must be one of", "unknown_loss"),
+    C(gan.init_params, "K", lambda: dict(noise_dim=2, data_dim=2, key=KEY), lambda a: dict(data_dim=0),
+      r"data_dim must be an integer >= 1", "zero_dim"),
+    C(gan.init_mlp, "K", lambda: dict(sizes=(2, 3), key=KEY), lambda a: dict(sizes=(2,)),
+      r"sizes must be a tuple of at least two", "one_layer"),
+    C(gan.init_params, "dtype", lambda: dict(noise_dim=2, data_dim=2, key=KEY), lambda a: dict(dtype=jnp.int32),
+      r"dtype must be a floating dtype", "int_dtype"),
+    C(gan.sample_mixture, "positive", lambda: dict(centers=_normal((3, 2)), std=0.5, n_samples=4, key=KEY),
+      lambda a: dict(std=0.0), r"std must be a finite scalar > 0", "zero_std"),
+    C(gan.mode_coverage, "positive", gan_coverage, lambda a: dict(min_fraction=1.5),
+      r"min_fraction must be a number in \(0, 1\)", "fraction_above_one"),
+    C(gan.mixture_log_density, "shape", gan_mixture, lambda a: dict(x=_normal((4, 3))),
+      r"x has dimension d = 3 but centers have d = 2", "x_width"),
+    C(gan.fit, "K", gan_fit, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(gan.fit, "type", gan_fit, lambda a: dict(d_optimizer=None), r"optimizer must be an optax", "no_optimizer"),
+    C(gan.fit, "type", gan_fit, lambda a: dict(train_generator=1), r"train_generator must be a bool", "int_flag"),
+]
+
+
+def gru_min_args():
+    p = gru.init_min_params(3, 4, 2, key=KEY)
+    return dict(params=p, xs=_normal((2, 5, 3)))
+
+
+def gru_gru_args():
+    return dict(params=gru.init_params(3, 4, 2, key=KEY), xs=_normal((2, 5, 3)))
+
+
+def gru_cell_args():
+    return dict(params=gru.init_params(3, 4, 2, key=KEY), h=_normal((2, 4)), x=_normal((2, 3), 1))
+
+
+def gru_scan_args():
+    return dict(a=jnp.asarray(_rng(1).uniform(0.1, 0.9, (6, 2))), b=_normal((6, 2)), h0=_normal(2, 1))
+
+
+def gru_log_scan_args():
+    return dict(log_a=jnp.log(jnp.asarray(_rng(1).uniform(0.1, 0.9, (6, 2)))), log_b=_normal((6, 2)),
+                log_h0=_normal(2, 1))
+
+
+def gru_signed_args():
+    a = gru_scan_args()
+    return dict(log_a=jnp.log(a["a"]), b=a["b"], h0=a["h0"])
+
+
+def gru_grad_args():
+    return dict(gru_log_scan_args(), cotangent=_normal((6, 2), 2))
+
+
+def gru_labelled():
+    return dict(gru_min_args(), y=jnp.array([0, 1]))
+
+
+def gru_fit():
+    return dict(params=gru.init_min_params(3, 4, 2, key=KEY), x=_normal((6, 5, 3)), y=jnp.array([0, 1, 0, 1, 1, 0]),
+                key=KEY, optimizer=optax.adam(1e-2), n_epochs=2, batch_size=3)
+
+
+CASES += [
+    C(gru.min_gru, "shape", gru_min_args, lambda a: dict(xs=_normal((5, 3))), r"xs must have shape \(B, N, D\)",
+      "xs_2d"),
+    C(gru.min_gru, "shape", gru_min_args, lambda a: dict(xs=_normal((2, 5, 4))), r"xs has D = 4 features", "xs_D"),
+    C(gru.min_gru, "finite", gru_min_args, lambda a: dict(xs=_nan_at(a["xs"])), r"xs must be finite", "nan_xs"),
+    C(gru.min_gru, "type", gru_min_args, lambda a: dict(params=tuple(a["params"])), r"params must be gru\.Params or "
+      r"gru\.MinParams", "tuple_params"),
+    C(gru.min_gru, "type", gru_min_args, lambda a: dict(params=gru.init_params(3, 4, 2, key=KEY)),
+      r"params must be gru\.MinParams", "gru_params"),
+    C(gru.min_gru, "domain", gru_min_args, lambda a: dict(method="fast"), r"method must be one of", "method"),
+    C(gru.min_gru, "shape", gru_min_args, _replace_params("V", lambda v: v[:, :1]), r"params\.V must have shape \(4, 2\)",
+      "readout"),
+    C(gru.gru, "type", gru_gru_args, lambda a: dict(params=gru.init_min_params(3, 4, 2, key=KEY)),
+      r"params must be gru\.Params", "min_params"),
+    C(gru.gru, "shape", gru_gru_args, _replace_params("W", lambda w: w[:, :3]), r"params\.W must have shape \(4, 4\)",
+      "W"),
+    C(gru.gru_cell, "shape", gru_cell_args, lambda a: dict(h=_normal((2, 3))), r"h must end in H = 4", "h"),
+    C(gru.init_params, "K", lambda: dict(d_in=3, d_hidden=4, n_classes=2, key=KEY), lambda a: dict(d_hidden=0),
+      r"d_hidden must be an integer >= 1", "zero_hidden"),
+    C(gru.init_min_params, "K", lambda: dict(d_in=3, d_hidden=4, n_classes=2, key=KEY), lambda a: dict(n_classes=0),
+      r"n_classes must be an integer >= 1", "zero_classes"),
+    C(gru.scan_parallel, "shape", gru_scan_args, lambda a: dict(h0=_normal(3)), r"h0 must have shape \(2,\)", "h0"),
+    C(gru.scan_sequential, "shape", gru_scan_args, lambda a: dict(b=_normal((5, 2))), r"a and b must share one shape",
+      "b_rows"),
+    C(gru.scan_cumprod, "finite", gru_scan_args, lambda a: dict(a=_nan_at(a["a"])), r"a must be finite", "nan_a"),
+    C(gru.scan_log, "domain", gru_log_scan_args, lambda a: dict(log_b=_nan_at(a["log_b"])),
+      r"log_b must be finite or -inf", "nan_log_b"),
+    C(gru.scan_log, "shape", gru_log_scan_args, lambda a: dict(log_h0=_normal(3)), r"log_h0 \(2,\)", "log_h0"),
+    C(gru.scan_log_signed, "shape", gru_signed_args, lambda a: dict(h0=_normal(3)), r"h0 must have shape", "h0"),
+    C(gru.grad_scan_log, "shape", gru_grad_args, lambda a: dict(cotangent=_normal((5, 2))), r"must share shape",
+      "cotangent"),
+    C(gru.loss, "domain", gru_labelled, lambda a: dict(y=jnp.array([0, 2])), r"y must lie in 0\.\.K-1", "label_K"),
+    C(gru.accuracy, "dtype", gru_labelled, lambda a: dict(y=jnp.array([0.0, 1.0])), r"y must be \(2,\) integer",
+      "float_labels"),
+    C(gru.fit, "type", gru_fit, lambda a: dict(optimizer=None), r"optimizer must be an optax", "optimizer"),
+    C(gru.fit, "K", gru_fit, lambda a: dict(n_epochs=0), r"n_epochs must be an integer >= 1", "zero_epochs"),
+    C(gru.fit, "shape", gru_fit, lambda a: dict(batch_size=7), r"batch_size must be <= B = 6", "big_batch"),
+    C(gru.fit, "domain", gru_fit, lambda a: dict(method="log"), r"method must be 'sequential' or 'parallel'",
+      "log_training"),
+    C(gru.fit, "shape", gru_fit, lambda a: dict(x_eval=_normal((2, 5, 3))), r"x_eval and y_eval must be given together",
+      "eval_pair"),
+]
+
+
 # ---------------------------------------------------------------------------
 # Integer dtypes: one case per public function that takes a continuous array
 # ---------------------------------------------------------------------------
@@ -962,6 +1264,112 @@ def _int_case(fn, valid, arg, name=None):
     return C(fn, "dtype", valid, bad, re.escape(name or arg) + " " + _DTYPE, label)
 
 
+def pop_params():
+    return population.init_params(1, 5, key=KEY)
+
+
+def pop_acts():
+    x = jnp.linspace(-1.0, 1.0, 8)
+    return dict(activities=population.activities(pop_params(), x, lif.rate), targets=x, sigma=10.0)
+
+
+def pop_x():
+    return dict(params=pop_params(), x=jnp.linspace(-1.0, 1.0, 4))
+
+
+def pop_loss():
+    return dict(pop_acts(), decoders=jnp.full((5,), 1e-3))
+
+
+def pop_weights():
+    return dict(decoders=jnp.full((5,), 1e-3), post=population.init_params(1, 4, key=KEY))
+
+
+def pop_feedforward():
+    return dict(pre_activities=pop_acts()["activities"], weights=jnp.full((5, 4), 1e-3),
+                post=population.init_params(1, 4, key=KEY), nonlinearity=lif.rate)
+
+
+def pop_nef():
+    return dict(a=jnp.zeros((1, 1)), b=jnp.ones((1, 1)), tau=0.1)
+
+
+def pop_sim():
+    return dict(params=pop_params(), nonlinearity=lif.rate, decoders=jnp.full((5, 1), 1e-3),
+                a_prime=jnp.eye(1), b_prime=jnp.full((1, 1), 0.1), u=jnp.ones((3, 1)), y0=jnp.zeros(1),
+                tau=0.1, dt=0.01)
+
+
+def pop_bayes():
+    return dict(counts=jnp.asarray([[1.0, 0.0, 3.0], [2.0, 1.0, 0.0]]),
+                expected_counts=jnp.asarray([[1.0, 0.5, 2.0], [0.3, 1.5, 1.0], [2.0, 2.0, 0.2]]))
+
+
+def lif_currents():
+    return dict(currents=jnp.asarray([0.5, 1.5, 4.0]))
+
+
+def lif_sim():
+    return dict(lif_currents(), dt=1e-4, n_steps=20)
+
+
+CASES += [
+    # population
+    C(population.currents, "shape", pop_x, lambda a: dict(x=jnp.ones((4, 2))), r"x must have shape \(M, 1\)",
+      "x_width"),
+    C(population.decoders, "shape", pop_acts, lambda a: dict(targets=jnp.ones(3)), r"targets must have shape \(8,\)",
+      "targets_rows"),
+    C(population.decode, "shape", lambda: dict(activities=pop_acts()["activities"], decoders=jnp.full((5,), 1e-3)), lambda a: dict(decoders=jnp.ones(4)), r"decoders must have shape \(5,\)", "decoders_rows"),
+    C(population.connection_weights, "shape", pop_weights, lambda a: dict(decoders=jnp.ones((5, 2))),
+      r"decoders must have shape \(N_A, 1\)", "decoders_cols"),
+    C(population.feedforward, "shape", pop_feedforward, lambda a: dict(weights=jnp.ones((3, 4))),
+      r"weights must have shape \(5, N_post\)", "weights_rows"),
+    C(population.nef_matrices, "shape", pop_nef, lambda a: dict(a=jnp.ones((1, 2))), r"a must be square",
+      "a_square"),
+    C(population.simulate, "shape", pop_sim, lambda a: dict(y0=jnp.zeros(2)), r"y0 must have shape \(1,\)",
+      "y0_shape"),
+    C(population.energy, "shape", pop_bayes, lambda a: dict(counts=jnp.ones((2, 4))),
+      r"counts must have shape \(3,\) or \(M, 3\)", "counts_width"),
+    C(population.decoders, "finite", pop_acts, lambda a: dict(activities=_nan_at(a["activities"])),
+      r"activities must be finite", "nan_activities"),
+    C(population.energy, "finite", pop_bayes, lambda a: dict(counts=_nan_at(a["counts"])), r"counts must be finite",
+      "nan_counts"),
+    C(population.simulate, "finite", pop_sim, lambda a: dict(u=_nan_at(a["u"])), r"u must be finite", "nan_u"),
+    C(population.init_params, "K", lambda: dict(d=1, n_neurons=3, key=KEY), lambda a: dict(n_neurons=0),
+      r"n_neurons must be an integer >= 1", "no_neurons"),
+    C(population.decoders, "positive", pop_acts, lambda a: dict(sigma=0.0), r"sigma must be a finite scalar > 0",
+      "zero_sigma"),
+    C(population.nef_matrices, "positive", pop_nef, lambda a: dict(tau=-1.0), r"tau must be a finite scalar > 0",
+      "negative_tau"),
+    C(population.simulate, "positive", pop_sim, lambda a: dict(dt=0.5), r"dt must be at most tau", "dt_over_tau"),
+    C(population.init_params, "dtype", lambda: dict(d=1, n_neurons=3, key=KEY), lambda a: dict(dtype=jnp.int32),
+      r"dtype must be a floating dtype", "int_dtype"),
+    C(population.init_params, "domain", lambda: dict(d=1, n_neurons=3, key=KEY),
+      lambda a: dict(intercepts=(-1.5, 0.5)), r"intercepts must lie in", "intercepts"),
+    C(population.energy, "domain", pop_bayes, lambda a: dict(counts=-a["counts"]), r"counts must be >= 0",
+      "negative_counts"),
+    C(population.posterior, "domain", pop_bayes, lambda a: dict(expected_counts=a["expected_counts"] * 0.0),
+      r"expected_counts must be > 0", "silent_neuron"),
+    C(population.activities, "type", lambda: dict(pop_x(), nonlinearity=lif.rate), lambda a: dict(nonlinearity=None),
+      r"nonlinearity must be callable", "nonlinearity"),
+    C(population.currents, "type", pop_x, lambda a: dict(params=tuple(a["params"])),
+      r"params must be a population.Params", "params_tuple"),
+    # lif
+    C(lif.rate, "shape", lif_currents, lambda a: dict(tau_rc=jnp.ones(2)), r"tau_rc must be a finite scalar > 0",
+      "tau_rc_array"),
+    C(lif.simulate, "shape", lif_sim, lambda a: dict(currents=jnp.ones((2, 2))), r"currents must have 1 dimensions",
+      "currents_2d"),
+    C(lif.rate, "finite", lif_currents, lambda a: dict(currents=_nan_at(a["currents"])), r"currents must be finite",
+      "nan_currents"),
+    C(lif.simulate, "K", lif_sim, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "no_steps"),
+    C(lif.rate, "positive", lif_currents, lambda a: dict(tau_rc=0.0), r"tau_rc must be a finite scalar > 0",
+      "zero_tau_rc"),
+    C(lif.simulate, "positive", lif_sim, lambda a: dict(dt=0.05), r"dt must be smaller than tau_rc", "dt_over_tau"),
+    C(lif.euler_rate, "positive", lambda: dict(lif_currents(), dt=1e-4), lambda a: dict(tau_ref=-1.0),
+      r"tau_ref must be a finite scalar >= 0", "negative_tau_ref"),
+]
+
+
 def gmm_free():
     return dict(gmm_energy(), resp=jnp.full((10, 2), 0.5))
 
@@ -971,6 +1379,45 @@ def gmm_init():
 
 
 INT_INPUTS = [
+    # gru: parameters, sequences, coefficients are continuous (labels are integer data)
+    (gru.param_count, lambda: dict(params=gru_min_args()["params"]), "params.U"),
+    (gru.sigmoid, lambda: dict(a=_normal(3)), "a"),
+    (gru.log_sigmoid, lambda: dict(a=_normal(3)), "a"),
+    (gru.gru_cell, gru_cell_args, "h"),
+    (gru.gru, gru_gru_args, "xs"),
+    (gru.min_coefficients, gru_min_args, "params.U_g"),
+    (gru.min_gru, gru_min_args, "xs"),
+    (gru.scan_sequential, gru_scan_args, "a"),
+    (gru.scan_parallel, gru_scan_args, "b"),
+    (gru.scan_cumprod, gru_scan_args, "h0"),
+    (gru.scan_log, gru_log_scan_args, "log_b"),
+    (gru.scan_log_signed, gru_signed_args, "log_a"),
+    (gru.grad_scan_log, gru_grad_args, "cotangent"),
+    (gru.logits, gru_min_args, "params.V"),
+    (gru.loss, gru_labelled, "xs"),
+    (gru.accuracy, gru_labelled, "params.c"),
+    (gru.fit, gru_fit, "x"),
+    # population: stimuli, activities, decoders, weights, matrices, inputs and rates are continuous
+    (population.currents, pop_x, "x"),
+    (population.activities, lambda: dict(pop_x(), nonlinearity=lif.rate), "x"),
+    (population.decoders, pop_acts, "activities"),
+    (population.decode, lambda: dict(activities=pop_acts()["activities"], decoders=jnp.full((5,), 1e-3)), "decoders"),
+    (population.decoding_loss, pop_loss, "targets"),
+    (population.grad_decoding_loss, pop_loss, "activities"),
+    (population.connection_weights, pop_weights, "decoders"),
+    (population.feedforward, pop_feedforward, "pre_activities"),
+    (population.nef_matrices, pop_nef, "a"),
+    (population.simulate, pop_sim, "y0"),
+    (population.sim, pop_bayes, "expected_counts"),
+    (population.energy, pop_bayes, "expected_counts"),
+    (population.grad_energy, pop_bayes, "expected_counts"),
+    (population.posterior, pop_bayes, "expected_counts"),
+    (population.log_evidence, pop_bayes, "expected_counts"),
+    (population.bayes_decode, lambda: dict(pop_bayes(), grid=jnp.asarray([-1.0, 0.0, 1.0])), "grid"),
+    # lif
+    (lif.rate, lif_currents, "currents"),
+    (lif.euler_rate, lambda: dict(lif_currents(), dt=1e-4), "currents"),
+    (lif.simulate, lif_sim, "currents"),
     # gmm: observations, parameters and responsibilities are continuous
     (gmm.sim, gmm_energy, "x"),
     (gmm.energy, gmm_energy, "x"),
@@ -1155,10 +1602,225 @@ INT_INPUTS = [
     (sharding.sharded_em_step, sharding_em, "x"),
     (sharding.sharded_fit, sharding_fit, "x"),
     (sharding.sharded_retrieve, sharding_retrieve, "queries"),
+    # gan: samples, noise, logits, densities and parameters are continuous (labels too: floats in [0, 1])
+    (gan.forward, lambda: dict(mlp=gan_args()["params"].discriminator, x=_normal((4, 2))), "x"),
+    (gan.generate, lambda: {k: v for k, v in gan_args().items() if k != "x"}, "z"),
+    (gan.logit, lambda: {k: v for k, v in gan_args().items() if k != "z"}, "x"),
+    (gan.discriminate, lambda: {k: v for k, v in gan_args().items() if k != "z"}, "x"),
+    (gan.logistic_loss, gan_logits, "logits"),
+    (gan.grad_logistic_loss, gan_logits, "labels"),
+    (gan.energy, gan_args, "x"),
+    (gan.discriminator_loss, gan_args, "z"),
+    (gan.generator_loss, lambda: {k: v for k, v in gan_args().items() if k != "x"}, "z"),
+    (gan.grad_generator_loss_logits, lambda: dict(logits=_normal(5)), "logits"),
+    (gan.optimal_logit, lambda: dict(log_p_data=_normal(4), log_p_g=_normal(4, 1)), "log_p_data"),
+    (gan.sample_mixture, lambda: dict(centers=_normal((3, 2)), std=0.5, n_samples=4, key=KEY), "centers"),
+    (gan.mixture_log_density, gan_mixture, "x"),
+    (gan.mode_coverage, gan_coverage, "samples"),
+    (gan.fit, gan_fit, "data"),
+    # vae
+    (vae.encode, vae_x, "x"),
+    (vae.decode, vae_z, "z"),
+    (vae.reparameterize, lambda: dict(vae_gauss(), eps=_normal((3, 4, 2), 2)), "eps"),
+    (vae.gaussian_kl, vae_gauss, "mu"),
+    (vae.log_likelihood, vae_lik, "params.out_W"),
+    (vae.log_weights, vae_eps, "eps"),
+    (vae.elbo_bound, lambda: dict(log_w=_normal((3, 4))), "log_w"),
+    (vae.iwae_bound, lambda: dict(log_w=_normal((3, 4))), "log_w"),
+    (vae.elbo, vae_keyed, "x"),
+    (vae.iwae, vae_keyed, "params.mu_W"),
+    (vae.loss, vae_loss, "eps"),
+    (vae.fit, vae_fit, "x"),
+    (vae.log_prior, vae_prior, "z"),
+    (vae.linear_gaussian_log_marginal, vae_lg, "W"),
+    (vae.linear_gaussian_posterior, vae_lg, "x"),
+    (vae.linear_gaussian_log_weights, vae_lg_weights, "q_mean"),
+]
+
+CASES += [
+    C(vae.prior_sim, "dtype", vae_prior, _vae_prior_field("means", _ints), r"prior.means " + _DTYPE, "int_prior_means"),
+    C(vae.prior_energy, "dtype", vae_prior, _vae_prior_field("logits", _ints), r"prior.logits " + _DTYPE,
+      "int_prior_logits"),
+    C(vae.grad_prior_energy, "dtype", vae_prior, _vae_prior_field("log_scales", _ints), r"prior.log_scales " + _DTYPE,
+      "int_prior_log_scales"),
+    C(vae.prior_responsibilities, "dtype", vae_prior, lambda a: dict(z=_ints(a["z"])), r"z " + _DTYPE, "int_z"),
 ]
 
 _existing = {case.id for case in CASES}
 CASES += [case for case in (_int_case(*entry) for entry in INT_INPUTS) if case.id not in _existing]
+
+CASES += [
+    # --- adversarial ---------------------------------------------------------
+    C(adversarial.logits, "shape", adv_x, lambda a: dict(x=jnp.ones((2, 5))),
+      r"x has dimension d = 5 but params.W1 have d = 4", "x_width"),
+    C(adversarial.logits, "shape", adv_x, lambda a: dict(params=a["params"]._replace(b1=jnp.zeros(4))),
+      r"params shapes do not chain", "b1"),
+    C(adversarial.logits, "finite", adv_x, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
+    C(adversarial.logits, "finite", adv_x, lambda a: dict(params=a["params"]._replace(W1=_nan_at(a["params"].W1))),
+      r"params.W1 must be finite", "nan_W1"),
+    C(adversarial.logits, "dtype", adv_x, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.logits, "type", adv_x, lambda a: dict(params=tuple(a["params"])),
+      r"params must be adversarial.Params", "tuple_params"),
+    C(adversarial.example_losses, "dtype", adv_args, lambda a: dict(t=jnp.asarray(a["t"], jnp.float64)),
+      r"t must be integer labels", "float_t"),
+    C(adversarial.example_losses, "domain", adv_args, lambda a: dict(t=a["t"] + 3),
+      r"t must hold class indices in 0..2", "t_out_of_range"),
+    C(adversarial.example_losses, "shape", adv_args, lambda a: dict(t=a["t"][:3]), r"t must have shape \(5,\)",
+      "t_length"),
+    C(adversarial.example_losses, "dtype", adv_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype",
+      "int_x"),
+    C(adversarial.loss, "dtype", adv_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.input_gradient, "dtype", adv_args, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.grad_loss_params, "dtype", adv_args, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.predict, "dtype", adv_x, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.accuracy, "dtype", adv_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype",
+      "int_x"),
+    C(adversarial.binary_score, "dtype", adv_binary_x, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.binary_score, "K", adv_binary_x, lambda a: dict(params=adv_args()["params"]),
+      r"needs a binary model \(n_classes = 1\)", "multiclass_params"),
+    C(adversarial.binary_trades_loss, "domain", adv_binary, lambda a: dict(t=jnp.asarray([1, 0, 1, -1, 1])),
+      r"t must hold -1/1 for a binary model", "t_zero"),
+    C(adversarial.binary_trades_loss, "dtype", adv_binary, lambda a: dict(x_adv=_ints(a["x_adv"])),
+      r"x_adv must have a floating dtype", "int_x_adv"),
+    C(adversarial.binary_trades_loss, "positive", adv_binary, lambda a: dict(beta=-1.0),
+      r"beta must be a finite scalar >= 0", "negative_beta"),
+    C(adversarial.grad_binary_trades_params, "dtype", adv_binary, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.trades_loss, "shape", adv_trades, lambda a: dict(x_adv=a["x"][:2]),
+      r"x_adv must have the shape of x", "x_adv_rows"),
+    C(adversarial.trades_loss, "dtype", adv_trades, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.trades_loss, "K", adv_trades, lambda a: dict(params=adv_binary()["params"]),
+      r"needs a multi-class model", "binary_params"),
+    C(adversarial.grad_trades_params, "dtype", adv_trades, lambda a: dict(x_adv=_ints(a["x_adv"])),
+      r"x_adv must have a floating dtype", "int_x_adv"),
+    C(adversarial.kl_softmax, "shape", adv_kl, lambda a: dict(z_adv=_normal((3, 5))),
+      r"z and z_adv must have the same shape", "mismatch"),
+    C(adversarial.kl_softmax, "dtype", adv_kl, lambda a: dict(z=_ints(a["z"])), r"z must have a floating dtype",
+      "int_z"),
+    C(adversarial.kl_softmax, "finite", adv_kl, lambda a: dict(z_adv=_nan_at(a["z_adv"])), r"z_adv must be finite",
+      "nan_z_adv"),
+    C(adversarial.softplus_surrogate, "dtype", lambda: dict(u=_normal(4)), lambda a: dict(u=_ints(a["u"])),
+      r"u must have a floating dtype", "int_u"),
+    C(adversarial.gradient_attack, "positive", adv_step, lambda a: dict(k=0.0), r"k must be a finite scalar > 0",
+      "zero_k"),
+    C(adversarial.gradient_attack, "dtype", adv_step, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.fgsm, "positive", adv_fgsm, lambda a: dict(epsilon=-0.1), r"epsilon must be a finite scalar >= 0",
+      "negative_epsilon"),
+    C(adversarial.fgsm, "domain", adv_fgsm, lambda a: dict(x=a["x"] + 1.0), r"x must lie in the box",
+      "outside_box"),
+    C(adversarial.fgsm, "type", adv_fgsm, lambda a: dict(box=[0.0, 1.0]), r"box must be None or a \(lo, hi\) tuple",
+      "box_list"),
+    C(adversarial.fgsm, "dtype", adv_fgsm, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype",
+      "int_x"),
+    C(adversarial.pgd, "K", adv_pgd, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(adversarial.pgd, "positive", adv_pgd, lambda a: dict(step_size=0.0), r"step_size must be a finite scalar > 0",
+      "zero_step"),
+    C(adversarial.pgd, "dtype", adv_pgd, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.minimal_perturbation, "positive", adv_minimal, lambda a: dict(eps_max=0.0),
+      r"eps_max must be a finite scalar > 0", "zero_eps_max"),
+    C(adversarial.minimal_perturbation, "dtype", adv_minimal, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.inner_maximize, "positive", adv_inner, lambda a: dict(epsilon=0.0),
+      r"epsilon must be a finite scalar > 0", "zero_epsilon"),
+    C(adversarial.inner_maximize, "dtype", adv_inner, lambda a: dict(x=_ints(a["x"])),
+      r"x must have a floating dtype", "int_x"),
+    C(adversarial.init_params, "K", lambda: dict(n_in=4, n_hidden=3, n_classes=2, key=KEY),
+      lambda a: dict(n_classes=0), r"n_classes must be an integer >= 1", "zero_classes"),
+    C(adversarial.init_params, "dtype", lambda: dict(n_in=4, n_hidden=3, n_classes=2, key=KEY),
+      lambda a: dict(dtype=jnp.int32), r"dtype must be a floating dtype", "int_dtype"),
+    C(adversarial.fit, "K", adv_fit, lambda a: dict(batch_size=6), r"batch_size must be <= N = 5", "big_batch"),
+    C(adversarial.fit, "positive", adv_fit, lambda a: dict(beta=-1.0), r"beta must be a finite scalar >= 0",
+      "negative_beta"),
+    C(adversarial.fit, "type", adv_fit, lambda a: dict(optimizer="adam"), r"optimizer must be an optax",
+      "optimizer_str"),
+    C(adversarial.fit, "dtype", adv_fit, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.fit, "diverge", adv_fit, lambda a: dict(optimizer=optax.sgd(1e308), n_epochs=5),
+      r"adversarial.fit: the run diverged: .* became non-finite", "huge_rate"),
+]
+
+
+# ---------------------------------------------------------------------------
+# Degenerate inputs: every fit / trainer / training run raises on a run that goes
+# non-finite (issue: no silent NaN). The valid factories give runs that stay finite.
+# ---------------------------------------------------------------------------
+
+
+def _collapsible():
+    """40 Gaussian points and 10 copies of one point: without a ridge a component collapses onto them."""
+    rng = _rng(3)
+    return np.concatenate([rng.normal(size=(40, 2)), np.tile([[5.0, 5.0]], (10, 1))])
+
+
+def gmm_fit_collapsible():
+    return dict(x=_collapsible(), n_components=3, key=KEY)
+
+
+def slds_fit_degenerate():
+    # A trajectory that sits still for 20 steps, then walks: with three restarts EM finds a fit;
+    # with one, the restart breaks down (a mode loses all responsibility) and fit must say so.
+    rng = _rng(4)
+    walk = np.cumsum(rng.normal(size=(40, 2)), axis=0) * 0.3
+    return dict(x=np.concatenate([np.zeros((20, 2)), walk]), n_components=2, key=KEY, n_init=3, max_iter=5)
+
+
+def diffusion_fit():
+    return dict(params=diffusion_mlp()["params"], data=_normal((8, 2)), schedule=diffusion.linear_schedule(20),
+                optimizer=optax.sgd(1e-3), key=KEY, n_steps=3, batch_size=4)
+
+
+def multihop_run():
+    return dict(model="one_layer", seeds=[0], optimizer=optax.sgd(1e-3), n_steps=3, batch=4, n_test=4)
+
+
+def expanding_run():
+    return dict(model="expanding", seeds=[0], ps=[0.5], optimizer=optax.sgd(1e-3), n_steps=3, batch=4, n=8,
+                n_test=4)
+
+
+_HUGE_STEP = optax.sgd(1e300)  # overflows the first update
+DIVERGE = r"the run diverged: .* became non-finite"
+
+CASES += [
+    C(population.simulate, "diverge", pop_sim,
+      lambda a: dict(u=jnp.full((3, 1), 1e308), b_prime=jnp.full((1, 1), 10.0)),
+      "population.simulate: " + DIVERGE + ".*reduce the input", "overflowing_input"),
+    C(gmm.fit, "diverge", gmm_fit_collapsible, lambda a: dict(reg_covar=0.0),
+      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
+      "collapsed_component"),
+    C(sharding.sharded_fit, "diverge", lambda: dict(gmm_fit_collapsible(), mesh=sharding.data_mesh()),
+      lambda a: dict(reg_covar=0.0),
+      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
+      "collapsed_component"),
+    C(slds.fit, "diverge", slds_fit_degenerate, lambda a: dict(n_init=1),
+      r"every EM restart broke down .* larger reg_covar", "still_trajectory"),
+    C(slot_attention.fit, "diverge", lambda: dict(slot_args(), n_steps=2, m_step="least_squares"),
+      lambda a: dict(lam=1e-300), "slot_attention.fit: " + DIVERGE, "tiny_lam"),
+    C(rbm.fit, "diverge", rbm_fit, lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
+      "rbm.fit: " + DIVERGE + ".*lower learning_rate", "huge_rate"),
+    C(emb.fit, "diverge", emb_fit, lambda a: dict(optimizer=_HUGE_STEP),
+      "embedding.fit: " + DIVERGE + ".*lower the optimizer's learning rate", "huge_rate"),
+    C(mpc.fit, "diverge", pc_fit, lambda a: dict(optimizer=_HUGE_STEP), "mixture_pc.fit: " + DIVERGE,
+      "huge_rate"),
+    C(pcn.fit, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn.fit: " + DIVERGE,
+      "huge_rate"),
+    C(dmlp.fit, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "diffusion_mlp.fit: " + DIVERGE,
+      "huge_rate"),
+    C(toy.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
+      r"run_multihop_experiments \(one_layer\): " + DIVERGE, "huge_rate"),
+    C(toy.run_expanding_experiment, "diverge", expanding_run, lambda a: dict(optimizer=_HUGE_STEP),
+      r"run_expanding_experiment \(expanding\): " + DIVERGE, "huge_rate"),
+    C(gan.fit, "diverge", gan_fit_linear, lambda a: dict(d_optimizer=_HUGE_STEP, g_optimizer=_HUGE_STEP),
+      "gan.fit: " + DIVERGE + r".*lower the optimizers' learning rates", "huge_rate"),
+    C(gru.fit, "diverge", gru_fit, lambda a: dict(x=a["x"] * 1e200, optimizer=_HUGE_STEP),
+      "gru.fit: " + DIVERGE + ".*lower the optimizer", "huge_rate"),
+    C(vae.fit, "diverge", vae_fit, lambda a: dict(optimizer=_HUGE_STEP), "vae.fit: " + DIVERGE, "huge_rate"),
+]
+
 
 def _kwargs(case: Case) -> tuple[dict, dict]:
     valid = case.valid()
@@ -1211,6 +1873,8 @@ def test_bad_input_raises_value_error_naming_the_argument(case):
 
 # Which kinds of bad input apply to which module (from the issue).
 REQUIRED = {
+    "population": {"shape", "finite", "K", "positive", "dtype", "domain", "type", "diverge"},
+    "lif": {"shape", "finite", "K", "positive", "dtype"},
     "core": {"shape", "finite", "K", "mask", "dtype"},
     "gmm": {"shape", "finite", "pd", "K", "dtype"},
     "slds": {"shape", "finite", "pd", "K", "dtype"},
@@ -1229,85 +1893,24 @@ REQUIRED = {
     "expanding": {"shape", "finite", "K", "positive", "mask", "dtype", "domain"},
     "structural_tasks": {"diverge"},
     "embedding": {"shape", "finite", "K", "positive", "dtype", "domain", "type", "diverge"},
+    "vae": {"shape", "finite", "K", "positive", "dtype", "type", "domain", "diverge"},
 }
+REQUIRED["gru"] = {"shape", "finite", "K", "dtype", "type", "domain", "diverge"}
 for _m in ("gmm", "slds", "slot_attention", "rbm", "mixture_pc", "pcn"):
     REQUIRED[_m] = REQUIRED[_m] | {"diverge"}
 
+REQUIRED["gan"] = {"shape", "finite", "K", "positive", "dtype", "type", "domain", "diverge"}
 
-# ---------------------------------------------------------------------------
-# Degenerate inputs: every fit / trainer / training run raises on a run that goes
-# non-finite (issue: no silent NaN). The valid factories give runs that stay finite.
-# ---------------------------------------------------------------------------
-
-
-def _collapsible():
-    """40 Gaussian points and 10 copies of one point: without a ridge a component collapses onto them."""
-    rng = _rng(3)
-    return np.concatenate([rng.normal(size=(40, 2)), np.tile([[5.0, 5.0]], (10, 1))])
-
-
-def gmm_fit_collapsible():
-    return dict(x=_collapsible(), n_components=3, key=KEY)
-
-
-def slds_fit_degenerate():
-    # A trajectory that sits still for 20 steps, then moves: without the precision prior a
-    # mode fitted to the still part has a singular covariance.
-    rng = _rng(4)
-    return dict(x=np.concatenate([np.zeros((20, 2)), rng.normal(size=(3, 2))]), n_components=2, key=KEY,
-                n_init=1, max_iter=5)
-
-
-def diffusion_fit():
-    return dict(params=diffusion_mlp()["params"], data=_normal((8, 2)), schedule=diffusion.linear_schedule(20),
-                optimizer=optax.sgd(1e-3), key=KEY, n_steps=3, batch_size=4)
-
-
-def multihop_run():
-    return dict(model="one_layer", seeds=[0], optimizer=optax.sgd(1e-3), n_steps=3, batch=4, n_test=4)
-
-
-def expanding_run():
-    return dict(model="expanding", seeds=[0], ps=[0.5], optimizer=optax.sgd(1e-3), n_steps=3, batch=4, n=8,
-                n_test=4)
-
-
-_HUGE_STEP = optax.sgd(1e300)  # overflows the first update
-DIVERGE = r"the run diverged: .* became non-finite"
-
-CASES += [
-    C(gmm.fit, "diverge", gmm_fit_collapsible, lambda a: dict(reg_covar=0.0),
-      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
-      "collapsed_component"),
-    C(sharding.sharded_fit, "diverge", lambda: dict(gmm_fit_collapsible(), mesh=sharding.data_mesh()),
-      lambda a: dict(reg_covar=0.0),
-      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
-      "collapsed_component"),
-    C(slds.fit, "diverge", slds_fit_degenerate, lambda a: dict(reg_covar=0.0),
-      r"every EM restart broke down .* larger reg_covar", "still_trajectory"),
-    C(slot_attention.fit, "diverge", lambda: dict(slot_args(), n_steps=2, m_step="least_squares"),
-      lambda a: dict(lam=1e-300), "slot_attention.fit: " + DIVERGE, "tiny_lam"),
-    C(rbm.fit, "diverge", rbm_fit, lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
-      "rbm.fit: " + DIVERGE + ".*lower learning_rate", "huge_rate"),
-    C(emb.fit, "diverge", emb_fit, lambda a: dict(optimizer=_HUGE_STEP),
-      "embedding.fit: " + DIVERGE + ".*lower the optimizer's learning rate", "huge_rate"),
-    C(mpc.fit, "diverge", pc_fit, lambda a: dict(optimizer=_HUGE_STEP), "mixture_fit: " + DIVERGE,
-      "huge_rate"),
-    C(pcn.fit, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn_train: " + DIVERGE,
-      "huge_rate"),
-    C(dmlp.fit, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "diffusion_mlp.fit: " + DIVERGE,
-      "huge_rate"),
-    C(toy.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
-      r"run_multihop_experiments \(one_layer\): " + DIVERGE, "huge_rate"),
-    C(toy.run_expanding_experiment, "diverge", expanding_run, lambda a: dict(optimizer=_HUGE_STEP),
-      r"run_expanding_experiment \(expanding\): " + DIVERGE, "huge_rate"),
-]
 
 # Every public fit, trainer and training run (the drivers that take many steps on
 # their own) has a "diverge" case.
-FITS = {emb.fit, gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
+FITS = {emb.fit, gru.fit, gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
         dmlp.fit, toy.run_multihop_experiment, toy.run_multihop_experiments,
-        toy.run_expanding_experiment}
+        toy.run_expanding_experiment, gan.fit, vae.fit}
+
+
+REQUIRED["adversarial"] = {"shape", "finite", "K", "positive", "dtype", "type", "domain", "diverge"}
+FITS.add(adversarial.fit)
 
 
 def test_every_fit_has_a_diverge_case():
@@ -1317,7 +1920,7 @@ def test_every_fit_has_a_diverge_case():
     # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
     missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
     assert not missing, missing
-    for mod in (gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, emb):
+    for mod in (gru, gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, emb, gan, vae):
         for name, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ == mod.__name__ and not name.startswith("_") and (
                     name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
@@ -1356,16 +1959,22 @@ NO_CONTINUOUS_ARRAY = {
     "multihop": set(),
     "expanding": {"self_attention_ops"},
     # counts and token ids are discrete data (integer dtypes accepted and cast)
+    "population": {"init_params"},
+    "lif": set(),
     "embedding": {"init_params", "ring_transition", "cooccurrence", "skipgram_pairs", "noise_distribution", "pmi"},
+    "gan": {"init_mlp", "init_params", "ring_centers"},
+    "vae": {"init_params", "init_prior"},
 }
+NO_CONTINUOUS_ARRAY["gru"] = {"init_params", "init_min_params", "combine"}
 
 
 def test_every_continuous_input_has_an_integer_dtype_case():
     import inspect
 
-    modules = dict(attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
+    modules = dict(gru=gru, attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
                    expanding=expanding, diffusion_mlp=dmlp, rbm=rbm, slds=slds, slot_attention=slot_attention,
-                   diffusion=diffusion, sharding=sharding, gmm=gmm, embedding=emb)
+                   diffusion=diffusion, sharding=sharding, gmm=gmm, embedding=emb, gan=gan,
+                   population=population, lif=lif, vae=vae)
     with_case = {(c.module, c.fn.__name__) for c in CASES if c.kind == "dtype"}
     for name, module in modules.items():
         public = {n for n in module.__all__ if inspect.isfunction(getattr(module, n))}
@@ -1380,8 +1989,9 @@ def test_every_continuous_input_has_an_integer_dtype_case():
     [
         (rbm.free_energy, rbm_args, "v"),
         (emb.softmax_loss, emb_args, "counts"),
+        (population.energy, pop_bayes, "counts"),
     ],
-    ids=["rbm.free_energy-v", "embedding.softmax_loss-counts"],
+    ids=["rbm.free_energy-v", "embedding.softmax_loss-counts", "population.energy-counts"],
 )
 def test_integer_data_is_cast_exactly(fn, make, arg):
     """rbm accepts integer *data* (binary pixels) and casts it; the result equals the float call.

@@ -249,7 +249,7 @@ def fit(params: Params, data, schedule, optimizer, *, key, n_steps: int,
         opt_state = optimizer.init(params)
     p, s, losses = _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
     out = core.FitResult(p, losses, n_steps, None, FitExtras(opt_state=s))
-    _validate.require_finite("fit", out, steps=losses, hint="lower the optimizer's learning rate")
+    _validate.require_finite("diffusion_mlp.fit", out, steps=losses, hint="lower the optimizer's learning rate")
     return out
 
 

@@ -1,0 +1,784 @@
+r"""Adversarial attacks and the TRADES defence, on a small softmax classifier.
+
+This module implements §24 ("Adversarial Attacks") and §25 ("Adversarial
+Defense", §25.1 "TRADES") of the lecture notes (``003_…``). The classifier is a
+one-hidden-layer network with logits
+
+.. math:: z(x) = \tanh(x W_1 + b_1)\, W_2 + b_2 \in \mathbb R^K ,
+
+trained on the cross-entropy
+
+.. math:: \ell(x, t) = -\ln \operatorname{softmax}(z(x))_t
+          = \ln \sum_j e^{z_j(x)} - z_t(x) .
+
+Where the log-sum-exp appears. The cross-entropy is the log-partition
+:math:`\ln\sum_j e^{z_j}` *minus* the target's logit: it is the book's energy
+:math:`E = -\ln\sum_p e^{\mathrm{sim}_p}` with the **opposite sign**, plus a
+linear term. Its input gradient has the eq.-(4) form of Tschantz (2025), a
+softmax-weighted sum of logit gradients minus the target's,
+
+.. math:: \nabla_x \ell = \textstyle\sum_j \operatorname{softmax}(z)_j\, \nabla_x z_j - \nabla_x z_t ,
+
+(:func:`input_gradient`), and the attacks *ascend* it. The binary surrogate of
+§25.1, :math:`g(u) = \ln(1 + e^{-u})`, is a two-term log-sum-exp
+:math:`\ln(e^0 + e^{-u})` (:func:`softplus_surrogate`), again entering as a
+loss to be minimised by the learner and maximised by the attacker: nothing here
+is descent on the book's energy.
+
+Attacks (§24). The "error" :math:`E(f(x;\theta), t)` of the notes is taken to
+be the cross-entropy. :func:`gradient_attack` is the untargeted step
+:math:`x' = x + k\nabla_x E(f(x), t(x))` and the targeted step
+:math:`x' = x - k\nabla_x E(f(x), t)`; :func:`fgsm` is §24.1's
+:math:`\delta x = \epsilon\,\mathrm{sign}(\nabla_x E)`; :func:`pgd` iterates it
+with projection onto the :math:`L_\infty` ball (not in the notes; Madry et al.);
+:func:`minimal_perturbation` bisects on :math:`\epsilon` along the FGSM
+direction. Every attack optionally clips to the pixel box ``[lo, hi]``; since
+``x`` lies in the box, clipping moves toward ``x`` and the result stays in the
+ball :math:`B_\infty(x, \epsilon)`.
+
+TRADES (§25.1). Binary form (``n_classes = 1``, score :math:`f = z_0`, labels
+:math:`T \in \{-1, 1\}`): :math:`g(f(X)T) + \beta\, g(f(X) f(X'))`
+(:func:`binary_trades_loss`). Multi-class form (Zhang et al. 2019):
+:math:`\mathrm{CE}(z(X), y) + \beta\,\mathrm{KL}(\operatorname{softmax} z(X)
+\,\|\, \operatorname{softmax} z(X'))` (:func:`trades_loss`). In both, ``X'`` is
+found by a few projected sign-ascent steps (:func:`inner_maximize`), then held
+fixed while the parameters take a gradient step (:func:`fit`).
+
+Shapes: inputs ``x`` are ``(N, d)``; integer labels ``t`` are ``(N,)`` (class
+indices for ``K >= 2``; ``-1``/``1`` for the binary model).
+"""
+
+from __future__ import annotations
+
+import math
+from functools import partial
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import _validate, core
+
+Array = jax.Array
+
+__all__ = [
+    "Ascent",
+    "FitExtras",
+    "MinimalPerturbation",
+    "Params",
+    "accuracy",
+    "binary_score",
+    "binary_trades_loss",
+    "example_losses",
+    "fgsm",
+    "fit",
+    "grad_binary_trades_params",
+    "grad_loss_params",
+    "grad_trades_params",
+    "gradient_attack",
+    "init_params",
+    "inner_maximize",
+    "input_gradient",
+    "kl_softmax",
+    "logits",
+    "loss",
+    "minimal_perturbation",
+    "pgd",
+    "predict",
+    "softplus_surrogate",
+    "trades_loss",
+]
+
+
+class Params(NamedTuple):
+    r"""A one-hidden-layer classifier, :math:`z(x) = \tanh(x W_1 + b_1) W_2 + b_2`.
+
+    Attributes:
+      W1: ``(d, H)`` input-to-hidden weights.
+      b1: ``(H,)`` hidden biases.
+      W2: ``(H, K)`` hidden-to-logit weights (``K = 1``: the binary score of §25.1).
+      b2: ``(K,)`` logit biases.
+    """
+
+    W1: Array
+    b1: Array
+    W2: Array
+    b2: Array
+
+
+class Ascent(NamedTuple):
+    r"""Result of :func:`inner_maximize` / :func:`pgd`.
+
+    Attributes:
+      x_adv: ``(N, d)`` the adversarial inputs, in the ball (and box).
+      losses: ``(n_steps + 1, N)`` the per-example inner loss at the start and
+        after every step.
+    """
+
+    x_adv: Array
+    losses: Array
+
+
+class MinimalPerturbation(NamedTuple):
+    r"""Result of :func:`minimal_perturbation`.
+
+    Attributes:
+      epsilon: ``(N,)`` the smallest :math:`L_\infty` radius found along the FGSM
+        direction that flips the prediction (0 for an input already
+        misclassified; ``eps_max`` where none up to ``eps_max`` does).
+      fooled: ``(N,)`` boolean, whether the prediction at ``epsilon`` is wrong.
+    """
+
+    epsilon: Array
+    fooled: Array
+
+
+class FitExtras(NamedTuple):
+    r"""The ``extras`` of :func:`fit`.
+
+    Attributes:
+      opt_state: the optimizer state at the end (pass it back to continue).
+    """
+
+    opt_state: Any
+
+
+# ---------------------------------------------------------------------------
+# Validation
+# ---------------------------------------------------------------------------
+
+
+def _check_params(params) -> Params:
+    if not isinstance(params, Params):
+        raise ValueError(f"params must be adversarial.Params; got {type(params).__name__}")  # noqa: TRY004
+    W1 = _validate.array("params.W1", params.W1, 2)
+    h = W1.shape[1]
+    b1 = _validate.array("params.b1", params.b1, 1)
+    W2 = _validate.array("params.W2", params.W2, 2)
+    b2 = _validate.array("params.b2", params.b2, 1)
+    if b1.shape != (h,) or W2.shape[0] != h or b2.shape != (W2.shape[1],):
+        raise ValueError(f"params shapes do not chain: W1 {W1.shape}, b1 {b1.shape}, W2 {W2.shape}, "
+                         f"b2 {b2.shape}")
+    return Params(W1, b1, W2, b2)
+
+
+def _check_x(params: Params, x, name: str = "x") -> Array:
+    x = _validate.points(name, x, params.W1.shape[0], ref="params.W1")
+    return x.astype(params.W1.dtype)
+
+
+def _check_t(params: Params, t, n: int, name: str = "t") -> Array:
+    t = jnp.asarray(t)
+    if not jnp.issubdtype(t.dtype, jnp.integer):
+        raise ValueError(f"{name} must be integer labels; got dtype {t.dtype}")
+    if t.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},); got {t.shape}")
+    k = params.W2.shape[1]
+    if _validate.is_concrete(t):
+        tv = np.asarray(t)
+        if k == 1 and not np.all((tv == -1) | (tv == 1)):
+            raise ValueError(f"{name} must hold -1/1 for a binary model (n_classes = 1)")
+        if k > 1 and (np.any(tv < 0) or np.any(tv >= k)):
+            raise ValueError(f"{name} must hold class indices in 0..{k - 1}")
+    return t
+
+
+def _check_multiclass(params: Params, what: str) -> None:
+    if params.W2.shape[1] < 2:
+        raise ValueError(f"{what} needs a multi-class model (n_classes >= 2); params has 1 output")
+
+
+def _check_binary(params: Params, what: str) -> None:
+    if params.W2.shape[1] != 1:
+        raise ValueError(f"{what} needs a binary model (n_classes = 1); params has {params.W2.shape[1]}")
+
+
+def _check_box(box):
+    if box is None:
+        return None
+    if not (isinstance(box, tuple) and len(box) == 2):
+        raise ValueError(f"box must be None or a (lo, hi) tuple; got {box!r}")
+    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+               and math.isfinite(v) for v in box):
+        raise ValueError(f"box must hold two finite real numbers; got {box!r}")
+    lo, hi = float(box[0]), float(box[1])
+    if not lo < hi:
+        raise ValueError(f"box must have lo < hi; got {box!r}")
+    return (lo, hi)
+
+
+def _check_in_box(x, box):
+    if box is not None and _validate.is_concrete(x):
+        xv = np.asarray(x)
+        if np.any(xv < box[0]) or np.any(xv > box[1]):
+            raise ValueError(f"x must lie in the box [{box[0]}, {box[1]}] it is clipped to")
+
+
+# ---------------------------------------------------------------------------
+# Classifier, loss and gradients
+# ---------------------------------------------------------------------------
+
+
+def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float = 1.0,
+                dtype=None) -> Params:
+    r"""Weights :math:`\mathcal N(0, \mathrm{scale}^2 / \text{fan-in})`, zero biases.
+
+    ``n_classes = 1`` builds the binary score :math:`f: X \to \mathbb R` of §25.1.
+    ``dtype`` defaults to the default floating dtype (float64 with x64 enabled).
+    """
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    n_in, n_hidden = _validate.count("n_in", n_in), _validate.count("n_hidden", n_hidden)
+    n_classes = _validate.count("n_classes", n_classes)
+    scale = _validate.positive("scale", scale)
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
+    k1, k2 = jax.random.split(key)
+    W1 = jax.random.normal(k1, (n_in, n_hidden), dtype) * (scale / np.sqrt(n_in))
+    W2 = jax.random.normal(k2, (n_hidden, n_classes), dtype) * (scale / np.sqrt(n_hidden))
+    return Params(W1, jnp.zeros(n_hidden, dtype), W2, jnp.zeros(n_classes, dtype))
+
+
+def _hidden(p: Params, x):
+    return jnp.tanh(x @ p.W1 + p.b1)
+
+
+def _logits(p: Params, x):
+    return _hidden(p, x) @ p.W2 + p.b2
+
+
+def _ce(p: Params, x, t):
+    z = _logits(p, x)
+    return core.logsumexp(z) - jnp.take_along_axis(z, t[:, None], axis=1)[:, 0]
+
+
+def logits(params: Params, x) -> Array:
+    r"""Logits :math:`z(x) = \tanh(x W_1 + b_1) W_2 + b_2`, ``(N, K)``."""
+    params = _check_params(params)
+    return _logits(params, _check_x(params, x))
+
+
+def example_losses(params: Params, x, t) -> Array:
+    r"""Per-example cross-entropy :math:`\ell_n = \ln\sum_j e^{z_j(x_n)} - z_{t_n}(x_n)`, ``(N,)``.
+
+    The log-partition is :func:`lse_energy.core.logsumexp` of the logits: the
+    book's energy with the opposite sign (§24's error :math:`E(f(x;\theta), t)`).
+    """
+    params = _check_params(params)
+    _check_multiclass(params, "example_losses")
+    x = _check_x(params, x)
+    return _ce(params, x, _check_t(params, t, x.shape[0]))
+
+
+def loss(params: Params, x, t) -> Array:
+    r"""Mean cross-entropy :math:`\frac1N \sum_n \ell_n`, the training loss of standard training."""
+    return jnp.mean(example_losses(params, x, t))
+
+
+def _logit_jacobian(p: Params, x):
+    """``(N, K, d)``: row j of example n is grad_x z_j(x_n) = W1 diag(1 - h^2) W2[:, j]."""
+    h = _hidden(p, x)
+    return jnp.einsum("dh,nh,hk->nkd", p.W1, 1.0 - h**2, p.W2)
+
+
+def input_gradient(params: Params, x, t) -> Array:
+    r"""Input gradient of each example's cross-entropy, in the eq.-(4) form.
+
+    .. math:: \nabla_{x_n} \ell_n = \sum_j \operatorname{softmax}(z(x_n))_j\,
+              \nabla_x z_j(x_n) - \nabla_x z_{t_n}(x_n),
+
+    a softmax-weighted average of the logit gradients (the Jacobian rows,
+    :math:`\nabla_x z_j = W_1 \operatorname{diag}(1 - h^2) W_{2,:j}`) minus the
+    target's: eq. (4) of Tschantz (2025) with the sign of a log-partition. Row
+    ``n`` is the gradient of :math:`\ell_n` (equivalently of
+    :math:`\sum_n \ell_n`). This is :math:`\nabla_x E` of §24.
+
+    Returns:
+      ``(N, d)``, the gradient of each example's loss.
+    """
+    params = _check_params(params)
+    _check_multiclass(params, "input_gradient")
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    return _input_gradient(params, x, t)
+
+
+def _input_gradient(p, x, t):
+    jac = _logit_jacobian(p, x)
+    w = core.weights(_logits(p, x))
+    return jnp.einsum("nk,nkd->nd", w, jac) - jnp.take_along_axis(jac, t[:, None, None], axis=1)[:, 0]
+
+
+def _params_vjp(p: Params, x, c) -> Params:
+    r"""Backpropagation: :math:`\sum_{n,k} c_{nk} \nabla_\theta z_k(x_n)` as a :class:`Params`."""
+    h = _hidden(p, x)
+    da = (c @ p.W2.T) * (1.0 - h**2)
+    return Params(W1=x.T @ da, b1=jnp.sum(da, axis=0), W2=h.T @ c, b2=jnp.sum(c, axis=0))
+
+
+def grad_loss_params(params: Params, x, t) -> Params:
+    r"""Gradient of the mean cross-entropy in the parameters.
+
+    :math:`\partial \ell_n / \partial z = \operatorname{softmax}(z) - e_{t_n}`
+    (the softmax weights minus the target's one-hot), backpropagated.
+    """
+    params = _check_params(params)
+    _check_multiclass(params, "grad_loss_params")
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    return _grad_ce_params(params, x, t)
+
+
+def _grad_ce_params(p, x, t):
+    z = _logits(p, x)
+    c = (core.weights(z) - jax.nn.one_hot(t, z.shape[1], dtype=z.dtype)) / x.shape[0]
+    return _params_vjp(p, x, c)
+
+
+def predict(params: Params, x) -> Array:
+    r"""Predicted class :math:`\arg\max_j z_j` (``K >= 2``) or :math:`\mathrm{sign} f` as ``-1/1`` (``K = 1``)."""
+    params = _check_params(params)
+    return _predict(params, _check_x(params, x))
+
+
+def _predict(p, x):
+    z = _logits(p, x)
+    if z.shape[1] == 1:
+        return jnp.where(z[:, 0] > 0, 1, -1)
+    return jnp.argmax(z, axis=1)
+
+
+def accuracy(params: Params, x, t) -> Array:
+    r"""Fraction of correct predictions; for ``K = 1``, correct means :math:`f(X)T > 0` (§25.1)."""
+    params = _check_params(params)
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    return _accuracy(params, x, t)
+
+
+def _accuracy(p, x, t):
+    z = _logits(p, x)
+    if z.shape[1] == 1:
+        return jnp.mean((z[:, 0] * t > 0).astype(x.dtype))
+    return jnp.mean((jnp.argmax(z, axis=1) == t).astype(x.dtype))
+
+
+# ---------------------------------------------------------------------------
+# Attacks (§24)
+# ---------------------------------------------------------------------------
+
+
+def _project(x_adv, x, epsilon, box):
+    x_adv = jnp.clip(x_adv, x - epsilon, x + epsilon)
+    return x_adv if box is None else jnp.clip(x_adv, box[0], box[1])
+
+
+def _attack_args(params, x, t, box):
+    params = _check_params(params)
+    _check_multiclass(params, "the attack")
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    box = _check_box(box)
+    _check_in_box(x, box)
+    return params, x, t, box
+
+
+def gradient_attack(params: Params, x, t, k: float, *, targeted: bool = False,
+                    epsilon: float | None = None, box=None) -> Array:
+    r"""The gradient attacks of §24, one step of size ``k``.
+
+    Untargeted: :math:`x' = x + k \nabla_x E(f(x;\theta), t(x))` (``t`` the true
+    labels); targeted: :math:`x' = x - k \nabla_x E(f(x;\theta), t)` (``t`` the
+    target classes), with :math:`E` the cross-entropy (:func:`input_gradient`).
+    With ``epsilon`` the step is projected onto :math:`B_\infty(x, \epsilon)`;
+    with ``box = (lo, hi)`` it is clipped to the pixel box.
+
+    Returns:
+      ``(N, d)`` the attacked inputs.
+    """
+    params, x, t, box = _attack_args(params, x, t, box)
+    k = _validate.positive("k", k)
+    step = -k if targeted else k
+    x_adv = x + step * _input_gradient(params, x, t)
+    if epsilon is not None:
+        x_adv = _project(x_adv, x, _validate.positive("epsilon", epsilon), None)
+    return x_adv if box is None else jnp.clip(x_adv, box[0], box[1])
+
+
+def fgsm(params: Params, x, t, epsilon: float, *, targeted: bool = False, box=None) -> Array:
+    r"""Fast gradient sign method (§24.1): :math:`x' = x + \epsilon\,\mathrm{sign}(\nabla_x E)`.
+
+    Every pixel moves by :math:`\pm\epsilon`, so :math:`\|x' - x\|_\infty = \epsilon`
+    (less where the gradient is exactly 0 or the box clips). Targeted:
+    :math:`x' = x - \epsilon\,\mathrm{sign}(\nabla_x E(f(x), t))`. The sign
+    direction maximises the linearised loss over the :math:`L_\infty` ball.
+
+    Returns:
+      ``(N, d)`` the attacked inputs, in :math:`B_\infty(x, \epsilon)` and the box.
+    """
+    params, x, t, box = _attack_args(params, x, t, box)
+    epsilon = _validate.nonnegative("epsilon", epsilon)
+    direction = jnp.sign(_input_gradient(params, x, t))
+    if targeted:
+        direction = -direction
+    x_adv = x + epsilon * direction
+    return x_adv if box is None else jnp.clip(x_adv, box[0], box[1])
+
+
+@partial(jax.jit, static_argnames=("inner", "n_steps", "monotone", "box"))
+def _ascend(p, x, x0, aux, epsilon, step_size, *, inner, n_steps, monotone, box):
+    """Projected sign ascent of the per-example ``inner(p, x, x_adv, aux)`` from ``x0``."""
+    def per_example(xa):
+        return inner(p, x, xa, aux)
+
+    grad = jax.grad(lambda xa: jnp.sum(per_example(xa)))
+
+    def step(carry, _):
+        xa, val, alpha = carry
+        prop = _project(xa + alpha[:, None] * jnp.sign(grad(xa)), x, epsilon, box)
+        new = per_example(prop)
+        if monotone:
+            ok = new >= val
+            xa = jnp.where(ok[:, None], prop, xa)
+            val = jnp.where(ok, new, val)
+            alpha = jnp.where(ok, alpha, 0.5 * alpha)
+        else:
+            xa, val = prop, new
+        return (xa, val, alpha), val
+
+    v0 = per_example(x0)
+    alpha0 = jnp.full(x.shape[0], step_size, x.dtype)
+    (xa, _, _), vals = jax.lax.scan(step, (x0, v0, alpha0), None, length=n_steps)
+    return Ascent(xa, jnp.concatenate([v0[None], vals], axis=0))
+
+
+def _ce_inner(p, x, xa, t):
+    return _ce(p, xa, t)
+
+
+def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
+        monotone: bool = False, box=None) -> Ascent:
+    r"""Iterated FGSM with projection (PGD; Madry et al. 2018, not in the notes).
+
+    ``n_steps`` steps :math:`x' \leftarrow \Pi_{B_\infty(x,\epsilon)\cap\text{box}}
+    (x' + \alpha\,\mathrm{sign}\,\nabla_{x'} \ell(x', t))` from :math:`x' = x`.
+    Plain PGD (``monotone=False``) may *decrease* the loss on a step; with
+    ``monotone=True`` a step is accepted only if it does not decrease the
+    example's loss, and otherwise that example's :math:`\alpha` is halved
+    (backtracking), so every ``losses`` row is non-decreasing.
+
+    Returns:
+      :class:`Ascent`.
+    """
+    params, x, t, box = _attack_args(params, x, t, box)
+    epsilon = _validate.positive("epsilon", epsilon)
+    step_size = _validate.positive("step_size", step_size)
+    n_steps = _validate.count("n_steps", n_steps)
+    return _ascend(params, x, x, t, jnp.asarray(epsilon, x.dtype), jnp.asarray(step_size, x.dtype),
+                   inner=_ce_inner, n_steps=n_steps, monotone=bool(monotone), box=box)
+
+
+def minimal_perturbation(params: Params, x, t, *, eps_max: float, n_bisect: int = 30,
+                         box=None) -> MinimalPerturbation:
+    r"""§24's minimal perturbation, searched along the FGSM direction by bisection.
+
+    The notes ask for :math:`\min \|\delta x\|` such that
+    :math:`\arg\max_i y_i(x + \delta x) \ne t(x)`. Restricting
+    :math:`\delta x = \epsilon\,\mathrm{sign}(\nabla_x E)` (clipped to the box),
+    this bisects ``n_bisect`` times on :math:`\epsilon \in [0, \epsilon_{\max}]`
+    for the boundary between correct and wrong predictions. Misclassification
+    need not be monotone in :math:`\epsilon` along the ray, so the result is an
+    *upper bound* on the :math:`L_\infty` minimal perturbation (a radius at which
+    the prediction is wrong), not necessarily the minimum.
+
+    Returns:
+      :class:`MinimalPerturbation`.
+    """
+    params, x, t, box = _attack_args(params, x, t, box)
+    eps_max = _validate.positive("eps_max", eps_max)
+    n_bisect = _validate.count("n_bisect", n_bisect)
+    return _bisect(params, x, t, jnp.asarray(eps_max, x.dtype), n_bisect=n_bisect, box=box)
+
+
+@partial(jax.jit, static_argnames=("n_bisect", "box"))
+def _bisect(p, x, t, eps_max, *, n_bisect, box):
+    direction = jnp.sign(_input_gradient(p, x, t))
+
+    def wrong(eps):
+        xa = x + eps[:, None] * direction
+        xa = xa if box is None else jnp.clip(xa, box[0], box[1])
+        return _predict(p, xa) != t
+
+    lo = jnp.zeros(x.shape[0], x.dtype)
+    hi = jnp.full(x.shape[0], eps_max, x.dtype)
+    fooled_max = wrong(hi)
+
+    def body(_, bounds):
+        lo, hi = bounds
+        mid = 0.5 * (lo + hi)
+        w = wrong(mid)
+        return jnp.where(w, lo, mid), jnp.where(w, mid, hi)
+
+    lo, hi = jax.lax.fori_loop(0, n_bisect, body, (lo, hi))
+    already = wrong(jnp.zeros_like(lo))
+    eps = jnp.where(already, 0.0, jnp.where(fooled_max, hi, eps_max))
+    return MinimalPerturbation(eps, already | fooled_max)
+
+
+# ---------------------------------------------------------------------------
+# TRADES (§25.1)
+# ---------------------------------------------------------------------------
+
+
+def softplus_surrogate(u) -> Array:
+    r"""The smooth surrogate :math:`g(u) = \ln(1 + e^{-u})`, a two-term log-sum-exp.
+
+    :math:`g(u) = \ln(e^0 + e^{-u})` is :func:`lse_energy.core.logsumexp` over
+    the two "parents" :math:`\{0, -u\}`; it upper-bounds :math:`\ln 2` times the
+    0-1 loss :math:`\mathbb 1[u \le 0]` and is the logistic loss.
+    """
+    u = _validate.float_array("u", u)
+    return _g(u)
+
+
+def _g(u):
+    return jax.nn.softplus(-u)
+
+
+def binary_score(params: Params, x) -> Array:
+    r"""The binary model :math:`f: X \to \mathbb R` of §25.1, ``(N,)``; ``sign f`` is the class."""
+    params = _check_params(params)
+    _check_binary(params, "binary_score")
+    return _logits(params, _check_x(params, x))[:, 0]
+
+
+def _binary_inner(p, x, xa, aux):
+    del aux
+    return _g(_logits(p, x)[:, 0] * _logits(p, xa)[:, 0])
+
+
+def _binary_trades(p, x, t, x_adv, beta):
+    f, fa = _logits(p, x)[:, 0], _logits(p, x_adv)[:, 0]
+    return jnp.mean(_g(f * t) + beta * _g(f * fa))
+
+
+def _trades_args(params, x, t, x_adv, beta, binary):
+    params = _check_params(params)
+    (_check_binary if binary else _check_multiclass)(params, "binary_trades_loss" if binary else "trades_loss")
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    x_adv = _check_x(params, x_adv, "x_adv")
+    if x_adv.shape != x.shape:
+        raise ValueError(f"x_adv must have the shape of x {x.shape}; got {x_adv.shape}")
+    beta = jnp.asarray(_validate.nonnegative("beta", beta), x.dtype)
+    return params, x, t, x_adv, beta
+
+
+def binary_trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
+    r"""The joint loss of §25.1, averaged: :math:`\frac1N\sum_n g(f(X_n)T_n) + \beta\, g(f(X_n) f(X'_n))`.
+
+    Term 1 asks for a correct class with margin; term 2 asks that the score
+    keep its sign (the sign of :math:`f(X)`, not of :math:`T`) on :math:`X'`.
+    ``t`` holds :math:`T \in \{-1, 1\}`; ``x_adv`` is :math:`X'`, held fixed.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, True)
+    return _binary_trades(params, x, t.astype(x.dtype), x_adv, beta)
+
+
+def grad_binary_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
+    r"""Parameter gradient of :func:`binary_trades_loss` with :math:`X'` fixed.
+
+    With :math:`g'(u) = -\sigma(-u)` (minus the softmax weight of the parent
+    :math:`-u`), the score gradients enter with weights
+    :math:`c = \frac1N[g'(fT)\,T + \beta\, g'(f f') f']` at :math:`X` and
+    :math:`c' = \frac1N \beta\, g'(f f') f` at :math:`X'`, backpropagated.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, True)
+    t = t.astype(x.dtype)
+    f, fa = _logits(params, x)[:, 0], _logits(params, x_adv)[:, 0]
+    dg1, dg2 = -jax.nn.sigmoid(-f * t), -jax.nn.sigmoid(-f * fa)
+    n = x.shape[0]
+    c = ((dg1 * t + beta * dg2 * fa) / n)[:, None]
+    ca = (beta * dg2 * f / n)[:, None]
+    return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
+
+
+def kl_softmax(z, z_adv) -> Array:
+    r"""Per-row :math:`\mathrm{KL}(\operatorname{softmax} z \,\|\, \operatorname{softmax} z')`, ``(N,)``.
+
+    Written with log-partitions: :math:`\sum_j p_j (z_j - z'_j) - \mathrm{LSE}(z) + \mathrm{LSE}(z')`.
+    """
+    z = _validate.float_array("z", z, 2)
+    z_adv = _validate.float_array("z_adv", z_adv, 2)
+    if z.shape != z_adv.shape:
+        raise ValueError(f"z and z_adv must have the same shape; got {z.shape} and {z_adv.shape}")
+    return _kl(z, z_adv)
+
+
+def _kl(z, za):
+    return jnp.sum(core.weights(z) * (z - za), axis=-1) - core.logsumexp(z) + core.logsumexp(za)
+
+
+def _kl_inner(p, x, xa, aux):
+    del aux
+    return _kl(_logits(p, x), _logits(p, xa))
+
+
+def _trades(p, x, t, x_adv, beta):
+    return jnp.mean(_ce(p, x, t) + beta * _kl(_logits(p, x), _logits(p, x_adv)))
+
+
+def trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
+    r"""Multi-class TRADES: :math:`\frac1N\sum_n \ell(x_n, t_n) + \beta\,\mathrm{KL}(\operatorname{softmax} z(x_n) \,\|\, \operatorname{softmax} z(x'_n))`.
+
+    The KL is the multi-class counterpart of §25.1's :math:`g(f(X) f(X'))`
+    (Zhang et al. 2019); :math:`X'` is held fixed.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, False)
+    return _trades(params, x, t, x_adv, beta)
+
+
+def grad_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
+    r"""Parameter gradient of :func:`trades_loss` with :math:`X'` fixed.
+
+    With :math:`p = \operatorname{softmax} z`, :math:`q = \operatorname{softmax} z'`
+    and :math:`D = \mathrm{KL}(p \| q)`:
+    :math:`\partial D / \partial z = p \odot (\ln p - \ln q - D)` and
+    :math:`\partial D / \partial z' = q - p`; the cross-entropy adds
+    :math:`p - e_t` at :math:`z`. All are backpropagated through the network.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, False)
+    z, za = _logits(params, x), _logits(params, x_adv)
+    p, q = core.weights(z), core.weights(za)
+    logratio = (z - core.logsumexp(z)[:, None]) - (za - core.logsumexp(za)[:, None])
+    kl = jnp.sum(p * logratio, axis=1, keepdims=True)
+    n = x.shape[0]
+    c = (p - jax.nn.one_hot(t, z.shape[1], dtype=z.dtype) + beta * p * (logratio - kl)) / n
+    ca = beta * (q - p) / n
+    return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
+
+
+def inner_maximize(params: Params, x, epsilon: float, *, key, step_size: float, n_steps: int,
+                   monotone: bool = True, init_scale: float = 1e-3, box=None) -> Ascent:
+    r"""TRADES inner maximisation: "several gradient ascents to find X'" (§25.1).
+
+    Maximises the per-example inner loss over :math:`X' \in B_\infty(X,\epsilon)`
+    (and the box): :math:`g(f(X) f(X'))` for a binary model, and
+    :math:`\mathrm{KL}(\operatorname{softmax} z(X) \,\|\, \operatorname{softmax} z(X'))`
+    for ``K >= 2``, by projected sign-ascent steps of size ``step_size`` from
+    :math:`X + \mathcal N(0, \mathrm{init\_scale}^2)` (the KL has zero gradient at
+    :math:`X' = X`). With ``monotone=True`` (the default) a step that would lower an
+    example's inner loss is rejected and its step halved, so the inner loss never
+    decreases.
+
+    Returns:
+      :class:`Ascent`.
+    """
+    params = _check_params(params)
+    x = _check_x(params, x)
+    box = _check_box(box)
+    _check_in_box(x, box)
+    epsilon = jnp.asarray(_validate.positive("epsilon", epsilon), x.dtype)
+    step_size = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
+    n_steps = _validate.count("n_steps", n_steps)
+    init_scale = _validate.nonnegative("init_scale", init_scale)
+    return _inner(params, x, key, epsilon, step_size, init_scale, n_steps=n_steps, monotone=bool(monotone),
+                  box=box)
+
+
+def _inner(p, x, key, epsilon, step_size, init_scale, *, n_steps, monotone, box):
+    inner = _binary_inner if p.W2.shape[1] == 1 else _kl_inner
+    x0 = _project(x + init_scale * jax.random.normal(key, x.shape, x.dtype), x, epsilon, box)
+    return _ascend(p, x, x0, None, epsilon, step_size, inner=inner, n_steps=n_steps, monotone=monotone, box=box)
+
+
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "inner_steps", "box"))
+def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer, n_epochs, batch_size,
+           inner_steps, box):
+    binary = params.W2.shape[1] == 1
+    n_batches = x.shape[0] // batch_size
+
+    def batch_step(carry, inputs):
+        p, s = carry
+        xb, tb, kb = inputs
+        if inner_steps:
+            xa = jax.lax.stop_gradient(_inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps,
+                                              monotone=True, box=box).x_adv)
+        else:
+            xa = xb
+        if binary:
+            val, g = jax.value_and_grad(_binary_trades)(p, xb, tb.astype(x.dtype), xa, beta)
+        else:
+            val, g = jax.value_and_grad(_trades)(p, xb, tb, xa, beta)
+        updates, s = optimizer.update(g, s, p)
+        p = jax.tree_util.tree_map(jnp.add, p, updates)
+        return (p, s), val
+
+    def epoch(carry, k):
+        kperm, kinner = jax.random.split(k)
+        order = jax.random.permutation(kperm, x.shape[0])[: n_batches * batch_size]
+        xb = x[order].reshape(n_batches, batch_size, -1)
+        tb = t[order].reshape(n_batches, batch_size)
+        carry, vals = jax.lax.scan(batch_step, carry, (xb, tb, jax.random.split(kinner, n_batches)))
+        return carry, vals
+
+    (params, opt_state), energies = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
+    return params, opt_state, energies
+
+
+def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size: int, beta: float = 0.0,
+        epsilon: float = 0.1, inner_steps: int = 5, step_size: float | None = None, box=None,
+        opt_state=None) -> core.FitResult:
+    r"""Standard training (``beta = 0``) or TRADES training (``beta > 0``), §25 of the notes.
+
+    Each minibatch (reshuffled with ``key`` every epoch; a last partial batch is
+    dropped): with ``beta > 0``, ``inner_steps`` monotone projected sign-ascent
+    steps (:func:`inner_maximize`, step ``step_size``, default
+    :math:`\epsilon/4`) find :math:`X'` in :math:`B_\infty(X, \epsilon)`; then one
+    optimizer step on the joint loss, :func:`trades_loss` (``K >= 2``) or
+    :func:`binary_trades_loss` (``K = 1``, labels ``-1/1``), with :math:`X'` held
+    fixed. ``beta = 0`` is plain cross-entropy (or :math:`g(f(X)T)`) training.
+    Jitted, ``lax.scan`` over epochs and batches.
+
+    Args:
+      params: initial :class:`Params`.
+      x: ``(N, d)`` inputs; t: ``(N,)`` integer labels.
+      key: PRNG key (keyword-only).
+      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
+      beta: TRADES weight :math:`\beta \ge 0`.
+      epsilon, inner_steps, step_size, box: the inner maximisation (unused at ``beta = 0``).
+      opt_state: optimizer state to continue from, or ``None``.
+
+    Returns:
+      :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``
+      ``(n_epochs, n_batches)``, the joint loss of each minibatch before its
+      step; ``n_iter = n_epochs``; ``converged = None``; ``extras`` a
+      :class:`FitExtras`.
+
+    Raises:
+      ValueError: on bad arguments, or when training diverged.
+    """
+    params = _check_params(params)
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    _validate.optimizer(optimizer)
+    n_epochs = _validate.count("n_epochs", n_epochs)
+    batch_size = _validate.count("batch_size", batch_size)
+    if batch_size > x.shape[0]:
+        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
+    beta = _validate.nonnegative("beta", beta)
+    epsilon = _validate.positive("epsilon", epsilon)
+    inner_steps = _validate.count("inner_steps", inner_steps)
+    step_size = epsilon / 4 if step_size is None else _validate.positive("step_size", step_size)
+    box = _check_box(box)
+    _check_in_box(x, box)
+    if opt_state is None:
+        opt_state = optimizer.init(params)
+    dt = x.dtype
+    p, s, energies = _train(params, opt_state, x, t, key, jnp.asarray(beta, dt), jnp.asarray(epsilon, dt),
+                            jnp.asarray(step_size, dt), optimizer=optimizer, n_epochs=n_epochs,
+                            batch_size=batch_size, inner_steps=inner_steps if beta > 0 else 0, box=box)
+    out = core.FitResult(p, energies, n_epochs, None, FitExtras(s))
+    _validate.require_finite("adversarial.fit", out, steps=out.energies, hint="lower the optimizer's learning rate")
+    return out

@@ -1,0 +1,154 @@
+"""Propositions of chapter 21 (generative adversarial networks), checked independently.
+
+Each test checks one proposition on at least 100 random instances (float64, NumPy generators
+with fixed seeds) against a computation that does not share the package's formula: numerical
+maximisation with ``scipy.optimize``, ``scipy.spatial.distance.jensenshannon``, numerical
+integration with ``scipy.integrate.quad`` of ``scipy.stats`` densities, 50-digit ``mpmath``.
+Where a proposition needs a condition, the test also shows it failing without it.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import mpmath
+import numpy as np
+from scipy.integrate import quad
+from scipy.optimize import minimize_scalar
+from scipy.spatial.distance import jensenshannon
+from scipy.stats import norm
+
+from lse_energy import gan
+
+jax.config.update("jax_enable_x64", True)
+
+N_INSTANCES = 100
+LN4 = np.log(4.0)
+
+optimal_logit = jax.jit(gan.optimal_logit)
+logistic_loss, grad_logistic_loss = jax.jit(gan.logistic_loss), jax.jit(gan.grad_logistic_loss)
+
+
+def d_star(p, q):
+    """The package's optimal discriminator at densities p, q (through its logit)."""
+    return np.asarray(jax.nn.sigmoid(optimal_logit(jnp.log(jnp.asarray(p)), jnp.log(jnp.asarray(q)))))
+
+
+def test_optimal_discriminator():
+    """Pointwise, a ln D + b ln(1 - D) (a, b > 0) is maximised at D = a / (a + b) = sigma(ln a - ln b)."""
+    r = np.random.default_rng(0)
+    for _ in range(N_INSTANCES):
+        a, b = np.exp(r.normal(size=2) * 2)
+        res = minimize_scalar(lambda d, a=a, b=b: -(a * np.log(d) + b * np.log1p(-d)), bounds=(1e-12, 1 - 1e-12),
+                              method="bounded", options={"xatol": 1e-12})
+        assert abs(res.x - d_star([a], [b])[0]) < 1e-6
+    # without the condition a + b > 0 (both densities zero) the objective is flat: no unique maximiser
+    flat = [0.0 * np.log(d) + 0.0 * np.log1p(-d) for d in (0.1, 0.5, 0.9)]
+    assert flat[0] == flat[1] == flat[2]
+
+
+def test_value_at_optimal_discriminator_is_jsd():
+    """V(D*, G) = E_data ln D* + E_g ln(1 - D*) = 2 JSD(p_data || p_g) - ln 4, minimal (-ln 4) iff p_g = p_data."""
+    r = np.random.default_rng(1)
+    # discrete distributions: against scipy's Jensen-Shannon distance (natural log)
+    for _ in range(N_INSTANCES):
+        k = r.integers(2, 12)
+        p, q = r.dirichlet(np.ones(k)), r.dirichlet(np.ones(k))
+        d = d_star(p, q)
+        v = np.sum(p * np.log(d)) + np.sum(q * np.log1p(-d))
+        assert abs(v - (2 * jensenshannon(p, q) ** 2 - LN4)) < 1e-10
+        assert abs(np.sum(p * np.log(d_star(p, p))) + np.sum(p * np.log1p(-d_star(p, p))) + LN4) < 1e-12
+        # the condition D = D*: any other discriminator gives less (here D* shifted by a random logit)
+        off = jax.nn.sigmoid(jnp.log(p) - jnp.log(q) + r.normal(size=k))
+        v_off = np.sum(p * np.log(off)) + np.sum(q * np.log1p(-np.asarray(off)))
+        assert v_off < v
+    # 1-D densities: a random two-Gaussian mixture against a random Gaussian, by quadrature
+    for _ in range(N_INSTANCES):
+        m = r.normal(size=3) * 1.5
+        s = np.exp(r.normal(size=3) * 0.3)
+        w = r.uniform(0.2, 0.8)
+        v, jsd = value_and_jsd_1d(m, s, w)
+        assert abs(v - (2 * jsd - LN4)) < 1e-7
+
+
+def value_and_jsd_1d(m, s, w):
+    """V(D*, G) by quadrature with the package's D*, and JSD by quadrature of KL to the mixture (no D*)."""
+
+    def pd(x):
+        return w * norm.pdf(x, m[0], s[0]) + (1 - w) * norm.pdf(x, m[1], s[1])
+
+    def pg(x):
+        return norm.pdf(x, m[2], s[2])
+
+    def integrand_v(x):
+        p, q = pd(x), pg(x)
+        if p == 0 or q == 0:  # D* = 1 or 0 there and the other term vanishes
+            return 0.0
+        a = float(optimal_logit(jnp.log(jnp.asarray([p])), jnp.log(jnp.asarray([q])))[0])
+        return -p * np.logaddexp(0.0, -a) - q * np.logaddexp(0.0, a)   # p ln D* + q ln(1 - D*)
+
+    def kl_to_mix(f):  # KL(f || (pd + pg)/2)
+        def g(x):
+            fx, mx = f(x), 0.5 * (pd(x) + pg(x))
+            return fx * (np.log(fx) - np.log(mx)) if fx > 0 else 0.0
+        return quad(g, -15, 15, limit=200, epsabs=1e-11)[0]
+
+    v = quad(integrand_v, -15, 15, limit=200, epsabs=1e-11)[0]
+    return v, 0.5 * kl_to_mix(pd) + 0.5 * kl_to_mix(pg)
+
+
+def test_softplus_is_two_term_lse():
+    """-ln sigma(a) = softplus(-a) = LSE(0, -a); the loss is LSE(0, a) - t a; its gradient sigma(a) - t."""
+    r = np.random.default_rng(2)
+    mpmath.mp.dps = 50
+    for _ in range(N_INSTANCES):
+        n = r.integers(1, 6)
+        a = r.normal(size=n) * np.exp(r.uniform(-2, 3.5))       # up to |a| ~ 100
+        t = r.random(n)
+        loss = float(logistic_loss(jnp.asarray(a), jnp.asarray(t)))
+
+        def exact(aa, tt):
+            sig = [1 / (1 + mpmath.e ** (-mpmath.mpf(x))) for x in aa]
+            return sum(-mpmath.mpf(ti) * mpmath.log(si) - (1 - mpmath.mpf(ti)) * mpmath.log(1 - si)
+                       for si, ti in zip(sig, tt)) / len(aa)
+
+        ref = exact(a, t)
+        assert abs(loss - float(ref)) <= 1e-13 * max(1.0, abs(float(ref)))
+        # -ln sigma(a) = ln(e^0 + e^-a), in mpmath
+        for x in a:
+            x = mpmath.mpf(x)
+            assert abs(-mpmath.log(1 / (1 + mpmath.e ** (-x))) - mpmath.log(1 + mpmath.e ** (-x))) < mpmath.mpf(10) ** -40
+        # the gradient, by mpmath differentiation of the exact loss, one coordinate at a time
+        g = np.asarray(grad_logistic_loss(jnp.asarray(a), jnp.asarray(t)))
+        for i in range(n):
+            assert abs(g[i] - float(mpmath.diff(partial(exact_coordinate, exact, a, t, i), mpmath.mpf(a[i])))) < 1e-13
+    # without the two-term form: a one-term "LSE" (just -a) is -ln sigma(a) only asymptotically
+    assert abs(float(-mpmath.log(1 / (1 + mpmath.e ** 2))) - 2.0) > 0.1
+
+
+def exact_coordinate(exact, a, t, i, x):
+    aa = [mpmath.mpf(v) for v in a]
+    aa[i] = x
+    return exact(aa, t)
+
+
+def test_minimax_generator_gradient_saturates():
+    """d/da of ln(1 - sigma(a)) is -sigma(a) -> 0 as a -> -inf; of -ln sigma(a) it is -(1 - sigma(a)) -> -1."""
+    r = np.random.default_rng(3)
+    mpmath.mp.dps = 50
+    for _ in range(N_INSTANCES):
+        a = -np.exp(r.uniform(0, 3, size=3))                   # a fake the discriminator rejects: D < 1/2
+        mm = np.asarray(gan.grad_generator_loss_logits(jnp.asarray(a), "minimax")) * 3
+        ns = np.asarray(gan.grad_generator_loss_logits(jnp.asarray(a), "non_saturating")) * 3
+        for i, x in enumerate(a):
+            x = mpmath.mpf(x)
+            d_mm = mpmath.diff(lambda y: mpmath.log(1 - 1 / (1 + mpmath.e ** (-y))), x)
+            d_ns = mpmath.diff(lambda y: -mpmath.log(1 / (1 + mpmath.e ** (-y))), x)
+            assert abs(mm[i] - float(d_mm)) < 1e-13 and abs(ns[i] - float(d_ns)) < 1e-13
+            assert abs(mm[i]) < 0.5 < abs(ns[i])
+    # the condition D < 1/2 matters: for an accepted fake (a > 0) the order is reversed
+    a = jnp.asarray([2.0])
+    assert abs(float(gan.grad_generator_loss_logits(a, "minimax")[0])) > abs(
+        float(gan.grad_generator_loss_logits(a, "non_saturating")[0]))
