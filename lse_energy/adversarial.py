@@ -296,11 +296,15 @@ def input_gradient(params: Params, x, t) -> Array:
     Returns:
       ``(N, d)``, the gradient of each example's loss.
     """
+    return _input_gradient(*_check_multiclass_call(params, x, t, "input_gradient"))
+
+
+def _check_multiclass_call(params, x, t, name):
+    """Validated ``(params, x, t)`` for a multi-class function ``name``."""
     params = _check_params(params)
-    _check_multiclass(params, "input_gradient")
+    _check_multiclass(params, name)
     x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
-    return _input_gradient(params, x, t)
+    return params, x, _check_t(params, t, x.shape[0])
 
 
 def _input_gradient(p, x, t):
@@ -322,11 +326,7 @@ def grad_loss_params(params: Params, x, t) -> Params:
     :math:`\partial \ell_n / \partial z = \operatorname{softmax}(z) - e_{t_n}`
     (the softmax weights minus the target's one-hot), backpropagated.
     """
-    params = _check_params(params)
-    _check_multiclass(params, "grad_loss_params")
-    x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
-    return _grad_ce_params(params, x, t)
+    return _grad_ce_params(*_check_multiclass_call(params, x, t, "grad_loss_params"))
 
 
 def _grad_ce_params(p, x, t):

@@ -257,9 +257,11 @@ def grad_energy(params: Params, counts) -> Params:
 
     .. math::
 
-        \frac{\partial E}{\partial U_c} = -N_c \sum_w p_{cw} V_w, \qquad
-        \frac{\partial E}{\partial V_w} = -\sum_c N_c\, p_{cw} U_c, \qquad
-        p_{cw} = \mathrm{softmax}_w(s_{cw}).
+        \begin{aligned}
+        \frac{\partial E}{\partial U_c} &= -N_c \sum_w p_{cw} V_w, \\
+        \frac{\partial E}{\partial V_w} &= -\sum_c N_c\, p_{cw} U_c, \\
+        p_{cw} &= \mathrm{softmax}_w(s_{cw}).
+        \end{aligned}
 
     Returns:
       a :class:`Params` holding the two gradients.

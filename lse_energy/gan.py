@@ -26,8 +26,10 @@ Where the log-sum-exp is. With :math:`y = \sigma(a)`,
 
 .. math::
 
-    -\ln \sigma(a) = \operatorname{softplus}(-a) = \ln(e^0 + e^{-a}),
-    \qquad -\ln(1 - \sigma(a)) = \operatorname{softplus}(a) = \ln(e^0 + e^{a}),
+    \begin{aligned}
+    -\ln \sigma(a) &= \operatorname{softplus}(-a) = \ln(e^0 + e^{-a}), \\
+    -\ln(1 - \sigma(a)) &= \operatorname{softplus}(a) = \ln(e^0 + e^{a}),
+    \end{aligned}
 
 two-term log-sum-exps over the "parents" :math:`\{0, \mp a\}`. So the
 discriminator's loss is :math:`L_D = -E` where :math:`E = -\sum_c \ln \sum_p
@@ -356,8 +358,10 @@ def energy(params: Params, x, z) -> Array:
 
     .. math::
 
-        E = -\sum_n \operatorname{softplus}(-a(x_n)) - \sum_m \operatorname{softplus}(a(G(z_m)))
-          = \sum_n \ln D(x_n) + \sum_m \ln(1 - D(G(z_m))).
+        \begin{aligned}
+        E &= -\sum_n \operatorname{softplus}(-a(x_n)) - \sum_m \operatorname{softplus}(a(G(z_m))) \\
+        &= \sum_n \ln D(x_n) + \sum_m \ln(1 - D(G(z_m))).
+        \end{aligned}
 
     With equal batches (:math:`N = M`), :math:`E = -N\,` :func:`discriminator_loss`:
     the discriminator *ascends* :math:`E`; the minimax generator descends its

@@ -88,11 +88,10 @@ class Params(NamedTuple):
     :math:`h' = g \odot \tilde h + (1 - g) \odot h`; a linear read-out
     :math:`\text{logits} = h^N V + c` of the last state classifies the sequence.
 
-    Attributes:
-      W, W_g, W_r: ``(H, H)`` hidden-to-hidden weights.
-      U, U_g, U_r: ``(D, H)`` input-to-hidden weights.
-      b, b_g, b_r: ``(H,)`` biases.
-      V: ``(H, K)`` read-out weights; c: ``(K,)`` read-out bias.
+    Shapes: the hidden-to-hidden weights ``W``, ``W_g``, ``W_r`` are ``(H, H)``, the
+    input-to-hidden weights ``U``, ``U_g``, ``U_r`` are ``(D, H)``, the biases ``b``,
+    ``b_g``, ``b_r`` are ``(H,)``, the read-out weights ``V`` are ``(H, K)`` and its bias
+    ``c`` is ``(K,)``.
     """
 
     W: Array
@@ -115,8 +114,8 @@ class MinParams(NamedTuple):
     :math:`h^n = (1 - g^n) \odot h^{n-1} + g^n \odot \tilde h^n`; read-out
     :math:`\text{logits} = h^N V + c`.
 
-    Attributes:
-      U, U_g: ``(D, H)``; b, b_g: ``(H,)``; V: ``(H, K)``; c: ``(K,)``.
+    Shapes: ``U`` and ``U_g`` are ``(D, H)``, ``b`` and ``b_g`` are ``(H,)``, ``V`` is
+    ``(H, K)`` and ``c`` is ``(K,)``.
     """
 
     U: Array

@@ -26,6 +26,7 @@ from lse_energy import (
     adversarial,
     anpc,
     attention,
+    autoencoder,
     core,
     diffusion,
     embedding,
@@ -191,6 +192,11 @@ def _vae(key):
     return dict(prior=prior, z=_n(key, 3, (4, 2)))
 
 
+def _autoencoder(key):
+    return dict(params=autoencoder.Params(_n(key, 0, (2, 4), 0.5), _n(key, 1, (2,), 0.1), _n(key, 2, (4,), 0.1)),
+                x=_n(key, 3, (5, 4)), activation="tanh")
+
+
 MODELS: tuple[Model, ...] = (
     Model("core", "01_lse_energy", "the log-sum-exp energy", core.energy, True, _core, ("sim",)),
     Model("gmm", "02_gmm", "Gaussian mixtures", gmm.energy, True, _gmm, ("params.means", "x")),
@@ -218,6 +224,8 @@ MODELS: tuple[Model, ...] = (
           ("params", "x")),
     Model("gru", "15_gru", "GRU and minGRU (no energy; parallel and log-space scans)", gru.min_gru, False, _gru,
           ("params.U", "params.b", "params.U_g", "params.b_g", "xs")),
+    Model("autoencoder", "16_autoencoders", "autoencoders with tied weights (no energy)", autoencoder.reconstruct,
+          False, _autoencoder, ("params", "x")),
     Model("embedding", "17_embeddings", "vector embeddings (skip-gram log-partition)", embedding.energy, True,
           _embedding, ("params",)),
     Model("vae", "18_vae", "variational autoencoders: the mixture prior's energy", vae.prior_energy, True, _vae,

@@ -219,6 +219,14 @@ def _check_unit_data(x) -> None:
 # ---------------------------------------------------------------------------
 
 
+def _float_dtype(dtype):
+    """``dtype``, or the default floating dtype when it is None; ValueError if it is not floating."""
+    dtype = jnp.result_type(float) if dtype is None else dtype
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
+    return dtype
+
+
 def init_params(n_visible: int, n_latent: int, n_hidden: int, *, key, n_components: int | None = None,
                 dtype=None) -> Params:
     r"""Glorot-scaled Gaussian weights, zero biases; a mixture prior when ``n_components`` is given.
@@ -230,9 +238,7 @@ def init_params(n_visible: int, n_latent: int, n_hidden: int, *, key, n_componen
     d_x = _validate.count("n_visible", n_visible)
     d_z = _validate.count("n_latent", n_latent)
     H = _validate.count("n_hidden", n_hidden)
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
+    dtype = _float_dtype(dtype)
     keys = jax.random.split(key, 6)
 
     def w(k, a, b):
@@ -253,9 +259,7 @@ def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dty
     K = _validate.count("n_components", n_components)
     d_z = _validate.count("n_latent", n_latent)
     scale = _validate.positive("scale", scale)
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
+    dtype = _float_dtype(dtype)
     return MixturePrior(jnp.zeros(K, dtype), scale * jax.random.normal(key, (K, d_z), dtype),
                         jnp.zeros((K, d_z), dtype))
 

@@ -41,6 +41,7 @@ from lse_energy.experiments import diffusion_mlp as dmlp  # noqa: E402
 from lse_energy.experiments import structural_tasks as toy  # noqa: E402
 from lse_energy import anpc, gan, gru, pcn, vae  # noqa: E402
 from lse_energy import adversarial  # noqa: E402
+from lse_energy import autoencoder as ae_mod  # noqa: E402
 from lse_energy import embedding  # noqa: E402
 from lse_energy import mixture_pc as mpc  # noqa: E402
 
@@ -75,6 +76,7 @@ DRIVERS = {
     "gan.fit": (gan.fit, _gan_fit),
     "population.simulate": (population.simulate, V.pop_sim),
     "lif.simulate": (lif.simulate, V.lif_sim),
+    "autoencoder.fit": (ae_mod.fit, V.ae_fit_args),
     "gmm.fit": (gmm.fit, V.gmm_fit),
     "gmm.em_step": (gmm.em_step, V.gmm_energy),
     "sharding.sharded_fit": (sharding.sharded_fit, lambda: dict(V.gmm_fit(), mesh=sharding.data_mesh())),
@@ -131,7 +133,7 @@ def test_registry_names_every_fit():
     import inspect
 
     missing = []
-    for mod in (gru, gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, embedding, gan, vae):
+    for mod in (gru, ae_mod, gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, embedding, gan, vae):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue

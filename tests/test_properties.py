@@ -44,6 +44,7 @@ from hypothesis import strategies as st
 
 from lse_energy import attention, core, diffusion, gan, gmm, hopfield, rbm, slds, slot_attention, vae
 from lse_energy import anpc, expanding, pcn, population, structural
+from lse_energy import autoencoder as ae_mod
 from lse_energy import embedding
 from lse_energy import mixture_pc as mpc
 from lse_energy.experiments import diffusion_mlp as dmlp
@@ -913,6 +914,7 @@ KEYED = {
     "gan.init_mlp": lambda key: gan.init_mlp((2, 3, 1), key=key),
     "gan.sample_mixture": lambda key: gan.sample_mixture(_DATA2[:3], 0.1, 5, key=key),
     "gan.fit": lambda key: gan.fit(_GAN, _DATA2, key=key, d_optimizer=_SGD, g_optimizer=_SGD, n_steps=2, batch_size=4),
+    "autoencoder.init_params": lambda key: ae_mod.init_params(3, 2, key=key),
     "gmm.init_params": lambda key: gmm.init_params(_DATA2, 2, key=key),
     "gmm.fit": lambda key: gmm.fit(_DATA2, 2, key=key, max_iter=2),
     "slds.init_params": lambda key: slds.init_params(_TRAJ, 2, key=key),
@@ -966,7 +968,7 @@ def test_keyed_registry_is_complete():
     from lse_energy import rbm as m5, slds as m6, slot_attention as m7
 
     found = set()
-    for mod in (m1, m2, m3, m4, pcn, anpc, m5, m6, m7, population, dmlp, embedding, gan, vae):
+    for mod in (ae_mod, m1, m2, m3, m4, pcn, anpc, m5, m6, m7, population, dmlp, embedding, gan, vae):
         for name in mod.__all__:
             obj = getattr(mod, name)
             if callable(obj) and not isinstance(obj, type):

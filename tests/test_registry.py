@@ -163,7 +163,7 @@ def _fits():
     import optax
 
     from lse_energy import adversarial
-    from lse_energy import diffusion, embedding, gan, gmm, gru, mixture_pc, pcn, rbm, sharding, slds, slot_attention
+    from lse_energy import autoencoder, diffusion, embedding, gan, gmm, gru, mixture_pc, pcn, rbm, sharding, slds, slot_attention
     from lse_energy import vae
     from lse_energy.experiments import diffusion_mlp
 
@@ -178,6 +178,8 @@ def _fits():
     binary = jnp.asarray((rng.random((6, 3)) < 0.5).astype(float))
     sp = slot_attention.Params(jnp.eye(2), jnp.eye(2))
     return {
+        "autoencoder.fit": lambda: autoencoder.fit(autoencoder.init_params(2, 1, key=key), x2, optimizer=sgd,
+                                                   n_steps=3),
         "gmm.fit": lambda: gmm.fit(x2, 2, key=key, max_iter=3, tol=0.0),
         "gmm.em": lambda: gmm.em(gp, gmm.sufficient_statistics, (x2, shift), n=12, shift=shift, max_iter=3,
                                   tol=0.0),

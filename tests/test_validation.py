@@ -40,6 +40,7 @@ import pytest
 from lse_energy import attention, core, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention, vae
 from lse_energy import anpc, gan, pcn
 from lse_energy import adversarial
+from lse_energy import autoencoder as ae_mod
 from lse_energy import embedding as emb
 from lse_energy import mixture_pc as mpc
 from lse_energy import expanding, gru, lif, multihop, population, structural
@@ -1902,9 +1903,75 @@ for _m in ("gmm", "slds", "slot_attention", "rbm", "mixture_pc", "pcn"):
 REQUIRED["gan"] = {"shape", "finite", "K", "positive", "dtype", "type", "domain", "diverge"}
 
 
+def ae_args():
+    rng = _rng(16)
+    return dict(params=ae_mod.Params(jnp.asarray(rng.normal(size=(2, 4))), jnp.zeros(2), jnp.zeros(4)),
+                x=_normal((5, 4), 16), activation="sigmoid")
+
+
+def ae_decode_args():
+    a = ae_args()
+    return dict(params=a["params"], h=_normal((5, 2), 17))
+
+
+def ae_cov_args():
+    return dict(W=_normal((2, 4), 18), cov=jnp.eye(4) + 0.1 * jnp.ones((4, 4)))
+
+
+def ae_angles_args():
+    return dict(a=_normal((5, 2), 19), b=_normal((5, 3), 20))
+
+
+def ae_fit_args():
+    return dict(ae_args(), optimizer=optax.sgd(1e-2), n_steps=3)
+
+
+CASES += [
+    C(ae_mod.loss, "shape", ae_args, lambda a: dict(x=_normal((5, 3))), r"x has dimension d = 3", "x_cols"),
+    C(ae_mod.loss, "shape", ae_args, lambda a: dict(params=a["params"]._replace(b=jnp.zeros(3))),
+      r"params.b must have shape \(k,\)", "b_shape"),
+    C(ae_mod.loss, "finite", ae_args, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
+    C(ae_mod.loss, "domain", ae_args, lambda a: dict(activation="relu"), r"activation must be one of", "relu"),
+    C(ae_mod.loss, "type", ae_args, lambda a: dict(params=(1, 2, 3)), r"params must be autoencoder.Params",
+      "tuple_params"),
+    C(ae_mod.loss, "dtype", ae_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(ae_mod.encode, "dtype", ae_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(ae_mod.reconstruct, "dtype", ae_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype",
+      "int_x"),
+    C(ae_mod.grad_loss, "dtype", ae_args, lambda a: dict(params=a["params"]._replace(W=_ints(a["params"].W))),
+      r"params.W must have a floating dtype", "int_W"),
+    C(ae_mod.grad_loss_paths, "dtype", ae_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype",
+      "int_x"),
+    C(ae_mod.decode, "shape", ae_decode_args, lambda a: dict(h=_normal((5, 3))), r"h has dimension d = 3", "h_cols"),
+    C(ae_mod.decode, "dtype", ae_decode_args, lambda a: dict(h=_ints(a["h"])), r"h must have a floating dtype",
+      "int_h"),
+    C(ae_mod.linear_loss, "shape", ae_cov_args, lambda a: dict(cov=jnp.eye(3)), r"cov must have shape \(d, d\)",
+      "cov_shape"),
+    C(ae_mod.linear_loss, "dtype", ae_cov_args, lambda a: dict(W=_ints(a["W"])), r"W must have a floating dtype",
+      "int_W"),
+    C(ae_mod.grad_linear_loss, "dtype", ae_cov_args, lambda a: dict(cov=_ints(a["cov"])),
+      r"cov must have a floating dtype", "int_cov"),
+    C(ae_mod.principal_angles, "shape", ae_angles_args, lambda a: dict(b=_normal((4, 3))),
+      r"a and b must be \(d, p\) and \(d, q\)", "rows"),
+    C(ae_mod.principal_angles, "dtype", ae_angles_args, lambda a: dict(a=_ints(a["a"])),
+      r"a must have a floating dtype", "int_a"),
+    C(ae_mod.init_params, "K", lambda: dict(d=4, k=2, key=KEY), lambda a: dict(k=0), r"k must be an integer >= 1",
+      "zero_k"),
+    C(ae_mod.init_params, "positive", lambda: dict(d=4, k=2, key=KEY), lambda a: dict(scale=0.0),
+      r"scale must be a finite scalar > 0", "zero_scale"),
+    C(ae_mod.fit, "K", ae_fit_args, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
+    C(ae_mod.fit, "type", ae_fit_args, lambda a: dict(optimizer=object()), r"optimizer must be an optax",
+      "no_optimizer"),
+    C(ae_mod.fit, "dtype", ae_fit_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(ae_mod.fit, "diverge", ae_fit_args, lambda a: dict(optimizer=_HUGE_STEP), "autoencoder.fit: " + DIVERGE,
+      "huge_rate"),
+]
+
+REQUIRED["autoencoder"] = {"shape", "finite", "K", "positive", "dtype", "type", "domain", "diverge"}
+
 # Every public fit, trainer and training run (the drivers that take many steps on
 # their own) has a "diverge" case.
-FITS = {emb.fit, gru.fit, gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
+FITS = {ae_mod.fit, emb.fit, gru.fit, gmm.fit, sharding.sharded_fit, slds.fit, slot_attention.fit, rbm.fit, mpc.fit, pcn.fit,
         dmlp.fit, toy.run_multihop_experiment, toy.run_multihop_experiments,
         toy.run_expanding_experiment, gan.fit, vae.fit}
 
@@ -1920,7 +1987,7 @@ def test_every_fit_has_a_diverge_case():
     # run_multihop_experiment is run_multihop_experiments for one model: one case covers both.
     missing = {f.__qualname__ for f in FITS - with_case} - {"run_multihop_experiments"}
     assert not missing, missing
-    for mod in (gru, gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, emb, gan, vae):
+    for mod in (gru, ae_mod, gmm, sharding, slds, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, emb, gan, vae):
         for name, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ == mod.__name__ and not name.startswith("_") and (
                     name.endswith(("fit", "train", "fit_mlp")) or name.startswith("run_")):
@@ -1946,6 +2013,7 @@ NO_CONTINUOUS_ARRAY = {
     "mixture_pc": {"init_params"},
     "pcn": {"init_params"},
     "anpc": set(),
+    "autoencoder": {"init_params"},
     "rbm": {"init_params", "binary_states"},
     "slds": set(),
     "slot_attention": {"blob_scene"},
@@ -1971,7 +2039,7 @@ NO_CONTINUOUS_ARRAY["gru"] = {"init_params", "init_min_params", "combine"}
 def test_every_continuous_input_has_an_integer_dtype_case():
     import inspect
 
-    modules = dict(gru=gru, attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
+    modules = dict(gru=gru, autoencoder=ae_mod, attention=attention, mixture_pc=mpc, pcn=pcn, anpc=anpc, structural=structural, multihop=multihop,
                    expanding=expanding, diffusion_mlp=dmlp, rbm=rbm, slds=slds, slot_attention=slot_attention,
                    diffusion=diffusion, sharding=sharding, gmm=gmm, embedding=emb, gan=gan,
                    population=population, lif=lif, vae=vae)
