@@ -90,6 +90,8 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
     update_grad = jax.jit(jax.grad(lambda m, x: jnp.sum(hopfield.update(m, x, beta=beta) * g), argnums=(0, 1)))
     dpa = jax.jit(lambda q, k, v: jax.nn.dot_product_attention(q[None, :, None], k[None, :, None], v[None, :, None]))
     plain = jax.jit(lambda q, k, v: jax.nn.softmax(beta * q @ k.T, axis=-1) @ v)
+    # The floor: the two matrix products of attention alone, (q k') v, with nothing between them.
+    gemms = jax.jit(lambda q, k, v: (q @ k.T) @ v)
 
     fns = {
         "attend": lambda: block(attention.attend(q, k, v)),
@@ -98,6 +100,7 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
         "update+grad": lambda: block(update_grad(k, q)),
         "jax.nn.dot_product_attention": lambda: block(dpa(q, k, v)),
         "plain softmax(qk')v (jit)": lambda: block(plain(q, k, v)),
+        "floor": lambda: block(gemms(q, k, v)),
     }
     peak, peak_flops = matmul_callable(1024, "float32")
     fns["dot"] = peak
@@ -126,39 +129,45 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
     peak_gf = peak_flops / t["dot"] / 1e9
     rows = []
     size = f"N=M={N}, d={d}, float32" if N == M else f"N={N}, M={M}, d={d}, float32"
-    rows.append(row("2 attention", f"matmul peak: jnp.dot 1024^3 float32 ({size})", peak_gf, "GFLOP/s"))
+    tag = f"N=M={N}: " if N == M else f"N={N}, M={M}: "
+    rows.append(row("2 attention", f"{tag}matmul peak: jnp.dot 1024^3 float32 ({size})", peak_gf, "GFLOP/s"))
+    rows.append(row("2 attention", f"{tag}floor: two GEMMs alone, (q k') v", 1e3 * t["floor"], "ms",
+                    note=f"{fl / t['floor'] / 1e9 / peak_gf:.2f} of matmul peak"))
     for name in ("attend", "update"):
         frac = fl / t[name] / 1e9 / peak_gf
-        rows.append(row("2 attention", f"{name} forward", 1e3 * t[name], "ms"))
+        rows.append(row("2 attention", f"{tag}{name} forward", 1e3 * t[name], "ms"))
+        rows.append(row("2 attention", f"{tag}{name} forward fraction of the GEMM floor", t["floor"] / t[name], "",
+                        note="time of the two GEMMs alone / time of the forward"))
         if torch is not None:
             ratio = t["torch sdpa"] / t[name]
-            rows.append(row("2 attention", f"{name} speed vs torch sdpa (forward)", ratio, "x", ">= 1",
+            rows.append(row("2 attention", f"{tag}{name} speed vs torch sdpa (forward)", ratio, "x", ">= 1",
                             ratio >= 1, f"torch at {t['torch sdpa config']}"
                             + ("" if ratio >= 1 else "; slower than torch in this run")))
-        rows.append(row("2 attention", f"{name} forward fraction of matmul peak", frac, "", ">= 0.70", frac >= 0.70,
-                        "" if frac >= 0.70 else "exp + softmax passes over the NxM matrix; d=64 matmuls"))
+        rows.append(row("2 attention", f"{tag}{name} forward fraction of matmul peak", frac, "", ">= 0.70",
+                        frac >= 0.70, "" if frac >= 0.70 else "exp + softmax passes over the NxM matrix; d=64 matmuls"))
         tg_name = f"{name}+grad"
-        rows.append(row("2 attention", f"{tg_name}", 1e3 * t[tg_name], "ms"))
+        rows.append(row("2 attention", f"{tag}{tg_name}", 1e3 * t[tg_name], "ms"))
         if torch is not None:
             tref = t["torch sdpa+grad"] if name == "attend" else t["torch sdpa+grad (k=v)"]
             ratio = tref / t[tg_name]
             cfg = t["torch sdpa+grad config"] if name == "attend" else t["torch sdpa+grad (k=v) config"]
-            rows.append(row("2 attention", f"{tg_name} speed vs torch sdpa+grad", ratio, "x", ">= 1", ratio >= 1,
+            rows.append(row("2 attention", f"{tag}{tg_name} speed vs torch sdpa+grad", ratio, "x", ">= 1", ratio >= 1,
                             f"torch at {cfg}" + ("" if ratio >= 1 else "; slower than torch in this run")))
     if torch is None:
-        rows.append(row("2 attention", "torch sdpa", "skipped", "", "", None,
+        rows.append(row("2 attention", f"{tag}torch sdpa", "skipped", "", "", None,
                         "PyTorch not installed (optional: pip install torch==2.13.0)"))
     else:
         for kind, what in (("sdpa", "forward"), ("sdpa+grad", "forward+grad")):
-            rows.append(row("2 attention", f"torch sdpa {what}, fastest configuration", 1e3 * t[f"torch {kind}"],
-                            "ms", note=t[f"torch {kind} config"]))
+            rows.append(row("2 attention", f"{tag}torch sdpa {what}, fastest configuration",
+                            1e3 * t[f"torch {kind}"], "ms", note=t[f"torch {kind} config"]))
             for label in labels:
-                rows.append(row("2 attention", f"torch sdpa {what}, {label}", 1e3 * t[f"torch {kind} {label}"],
-                                "ms", note="reported only"))
-    rows.append(row("2 attention", "jax.nn.dot_product_attention forward", 1e3 * t["jax.nn.dot_product_attention"],
-                    "ms", note="reported only, no target"))
-    rows.append(row("2 attention", "plain softmax(qk')v forward (jit)", 1e3 * t["plain softmax(qk')v (jit)"], "ms"))
-    rows.append(row("2 attention", "attend vs float64 softmax(qk')v (max abs)", err_attend, ""))
+                rows.append(row("2 attention", f"{tag}torch sdpa {what}, {label}",
+                                1e3 * t[f"torch {kind} {label}"], "ms", note="reported only"))
+    rows.append(row("2 attention", f"{tag}jax.nn.dot_product_attention forward",
+                    1e3 * t["jax.nn.dot_product_attention"], "ms", note="reported only, no target"))
+    rows.append(row("2 attention", f"{tag}plain softmax(qk')v forward (jit)", 1e3 * t["plain softmax(qk')v (jit)"],
+                    "ms"))
+    rows.append(row("2 attention", f"{tag}attend vs float64 softmax(qk')v (max abs)", err_attend, ""))
     return rows, {k_: (v_ if isinstance(v_, str) else float(v_)) for k_, v_ in t.items()} | {"peak_gflops": peak_gf}
 
 
@@ -174,6 +183,11 @@ def time_attend(n: int, d: int = 64, reps: int = 3) -> float:
     return compare({"s": lambda: jax.block_until_ready(attention.attend(q, k, v))}, reps=reps)["s"]
 
 
+# The sizes `benchmarks/run.py` times, with the repetitions of each (N = M = 8192 is 16x the work).
+SIZES = ((2048, 7), (8192, 3))
+
+
 if __name__ == "__main__":
-    for r in run(reps=3)[0]:
-        print(r)
+    for n, reps in SIZES:
+        for r in run(N=n, M=n, reps=reps)[0]:
+            print(r)

@@ -48,6 +48,16 @@ def table(rows) -> str:
     return "\n".join(out)
 
 
+def _attention_sizes():
+    """bench_attention.run at each of its SIZES (N = M, d = 64): rows of all, raw timings keyed by N."""
+    rows, raw = [], {}
+    for n, reps in bench_attention.SIZES:
+        r, x = bench_attention.run(N=n, M=n, reps=reps)
+        rows += r
+        raw[f"N={n}"] = x
+    return rows, raw
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0)
@@ -61,7 +71,7 @@ def main(argv=None) -> int:
     rows, raw = [], {}
     jobs = {
         "gmm": lambda: bench_gmm.run(N=max(1000, int(200_000 * s))),
-        "attention": lambda: bench_attention.run(),
+        "attention": lambda: _attention_sizes(),
         "rbm": lambda: bench_rbm.run(tiles=max(1, round(10 * s))),
         "structural": lambda: bench_structural.run(),
         "scaling": lambda: bench_scaling.run(),

@@ -188,24 +188,51 @@ def _softmax_average_dense(q, k, v, beta, bias):
     return jnp.einsum("...cp,...pe->...ce", e, v) / jnp.sum(e, axis=-1, keepdims=True)
 
 
+def _softmax_average_bounded(qs, k, v, k_norm):
+    r"""One query block of :func:`softmax_average`, shifted by a bound instead of the row maximum.
+
+    ``qs`` holds the queries already scaled by ``beta``. By Cauchy-Schwarz
+    :math:`s_{cp} = q_c^\top k_p \le m_c = |q_c| \max_p |k_p|`, so
+    :math:`e = \exp(s - m)` cannot overflow, and the shift costs ``O(block d)``
+    instead of a max pass over the ``block x N_K`` similarities. The shift
+    cancels in the ratio; it is constant (no gradient flows through it).
+    Returns the block's result and its smallest row sum, which tells the caller
+    whether the bound was so loose that the sums lost precision to underflow.
+    """
+    s = qs @ k.T
+    m = jax.lax.stop_gradient(jnp.sqrt(jnp.sum(qs * qs, axis=-1, keepdims=True)) * k_norm)
+    e = jnp.exp(s - m)
+    total = jnp.sum(e, axis=-1, keepdims=True)
+    return (e @ v) / total, jnp.min(total)
+
+
 def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
     r"""The weighted sum of eq. (4), :math:`\sum_p \mathrm{softmax}_p(\beta q_c^\top k_p + b_{cp})\, v_p`.
 
     A kernel, not a public model: it does no validation (the callers,
     ``attention.attend`` and ``hopfield.update``, validate once at their
-    boundary) and is jittable and differentiable. Two choices make it fast
+    boundary) and is jittable and differentiable. Three choices make it fast
     on a CPU:
 
     * the normalisation is applied after the product with ``v``,
       :math:`(\sum_p e_{cp} v_p) / \sum_p e_{cp}` with
-      :math:`e_{cp} = \exp(s_{cp} - \max_{p'} s_{cp'})`, one pass over the
+      :math:`e_{cp} = \exp(s_{cp} - m_c)`, one pass over the
       :math:`N_Q \times N_K` matrix fewer than forming the weights;
     * for un-batched inputs with many queries, the queries are processed in
       blocks of ``block`` rows (``lax.map``), so each block's
       :math:`\mathrm{block} \times N_K` similarity matrix stays in cache
-      through its max, exp, sum and product passes. Rows are independent, so
+      through its exp, sum and product passes. Rows are independent, so
       the result is the same as the one-shot computation up to the
-      summation order inside the matrix products.
+      summation order inside the matrix products;
+    * on that blocked path the shift :math:`m_c` is the Cauchy-Schwarz bound
+      :math:`\beta |q_c| \max_p |k_p|` rather than the row maximum, which saves
+      the max pass over each block (the exp fuses with the row sum). Any shift
+      no smaller than the maximum gives the same ratio; if the bound is so
+      loose that some row sum falls below :math:`\sqrt{\text{tiny}}` of the
+      dtype (e.g. a very large ``beta``), the whole result is recomputed with
+      the exact row maximum (``lax.cond``), so no row loses precision to
+      underflow. Gradients are those of this computation (autodiff).
+
 
     Args:
       q: ``(..., N_Q, d)``; k: ``(..., N_K, d)``; v: ``(..., N_K, d_v)``.
@@ -222,8 +249,15 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
         return _softmax_average_dense(q, k, v, beta, bias)
     n_blocks = -(-n_q // block)
     pad = n_blocks * block - n_q
-    qb = jnp.pad(q, ((0, pad), (0, 0))).reshape(n_blocks, block, q.shape[-1])
-    out = jax.lax.map(lambda qc: _softmax_average_dense(qc, k, v, beta, None), qb)
+    # Padded rows are zero queries: their shift is 0 and their row sum N_K, never below the threshold.
+    qb = jnp.pad(beta * q, ((0, pad), (0, 0))).reshape(n_blocks, block, q.shape[-1])
+    k_norm = jax.lax.stop_gradient(jnp.sqrt(jnp.max(jnp.sum(k * k, axis=-1))))
+    out, low = jax.lax.map(lambda qc: _softmax_average_bounded(qc, k, v, k_norm), qb)
+    out = jax.lax.cond(
+        jnp.min(low) >= jnp.sqrt(jnp.finfo(out.dtype).tiny),
+        lambda: out,
+        lambda: jax.lax.map(lambda qc: _softmax_average_dense(qc, k, v, 1.0, None), qb),
+    )
     return out.reshape(n_blocks * block, v.shape[-1])[:n_q]
 
 

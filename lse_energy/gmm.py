@@ -52,7 +52,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy.linalg import solve_triangular
 
-from lse_energy import _validate, core
+from lse_energy import _rows, _validate, core
 
 Array = jax.Array
 
@@ -75,6 +75,7 @@ __all__ = [
     "sufficient_statistics",
     "m_step",
     "em",
+    "streamed_fit",
 ]
 
 
@@ -531,24 +532,22 @@ def _chunk_stats(A: Array, xc: Array, shift: Array, valid=None):
 def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUNK):
     """Accumulate ``(sum_i ln p(x_i), r' f(x - shift))`` over row chunks (``lax.fori_loop``)."""
     N = x.shape[0]
-    K = A.shape[1]
-    F = A.shape[0]
     n_full = N // chunk
-    ll = jnp.zeros((), x.dtype)
-    R = jnp.zeros((K, F), x.dtype)
-    if n_full > 0:
-        def body(i, carry):
-            ll, R = carry
-            xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
-            vc = None if valid is None else jax.lax.dynamic_slice_in_dim(valid, i * chunk, chunk)
-            l, Rc = _chunk_stats(A, xc, shift, vc)
-            return ll + l, R + Rc
 
-        ll, R = jax.lax.fori_loop(0, n_full, body, (ll, R))
+    def stats(i):
+        xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
+        vc = None if valid is None else jax.lax.dynamic_slice_in_dim(valid, i * chunk, chunk)
+        return _chunk_stats(A, xc, shift, vc)
+
+    # The loop's carry starts from the first chunk's sums, not from zeros: inside shard_map a
+    # zeros carry would not carry the device-varying type of the per-device sums.
+    acc = stats(0) if n_full > 0 else None
+    if n_full > 1:
+        acc = jax.lax.fori_loop(1, n_full, lambda i, c: jax.tree.map(operator.add, c, stats(i)), acc)
     if N % chunk:
-        l, Rc = _chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])
-        ll, R = ll + l, R + Rc
-    return ll, R
+        tail = _chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])
+        acc = tail if acc is None else jax.tree.map(operator.add, acc, tail)
+    return acc
 
 
 def _m_step(R: Array, N, shift: Array, reg_covar) -> Params:
@@ -605,8 +604,11 @@ def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
 def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params:
     r"""The starting point used by :func:`fit`.
 
-    Means are ``n_components`` distinct data points chosen with ``key``;
-    every covariance is the (biased) sample covariance of ``x`` plus
+    Means are ``n_components`` distinct data points chosen with ``key``
+    (:func:`jax.random.choice` without replacement; above ``2**20`` rows,
+    which would make that permutation of all ``N`` indices cost about 64
+    bytes a row, Floyd's algorithm: ``K`` draws, memory independent of
+    ``N``); every covariance is the (biased) sample covariance of ``x`` plus
     ``reg_covar * I``; weights are uniform :math:`1/K`.
 
     Args:
@@ -623,20 +625,19 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
     K = _check_components(n_components, x.shape[0])
     reg = _check_reg(reg_covar)
     N, d = x.shape
-    idx = jax.random.choice(key, N, shape=(K,), replace=False)
     centred = x - jnp.mean(x, axis=0)
-    cov = centred.T @ centred / N + reg * jnp.eye(d, dtype=x.dtype)
+    return _initial(x[_rows.choose_rows(key, N, K)], centred.T @ centred / N + reg * jnp.eye(d, dtype=x.dtype))
+
+
+def _initial(means, cov) -> Params:
+    """Uniform weights, the given means, every covariance ``cov`` (which must be positive definite)."""
     try:
         np.linalg.cholesky(np.asarray(cov, np.float64))
     except np.linalg.LinAlgError:
-        raise ValueError(
-            "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
-        ) from None
-    return Params(
-        weights=jnp.full((K,), 1.0 / K, dtype=x.dtype),
-        means=x[idx],
-        covariances=jnp.broadcast_to(cov, (K, d, d)),
-    )
+        raise ValueError("x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0") from None
+    K, d = means.shape
+    return Params(jnp.full((K,), 1.0 / K, dtype=cov.dtype), jnp.asarray(means, cov.dtype),
+                  jnp.broadcast_to(cov, (K, d, d)))
 
 
 def _check_components(n_components, N: int) -> int:
@@ -741,7 +742,8 @@ def _check_fit_args(max_iter, tol) -> tuple[int, float]:
     return _validate.count("max_iter", max_iter, 0), _validate.nonnegative("tol", tol)
 
 
-def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):
+def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6,
+        chunk_rows: int | None = None):
     r"""Fit a :math:`K`-component mixture by EM from :func:`init_params`.
 
     The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
@@ -750,6 +752,10 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
 
     Args:
       x: ``(N, d)`` data, float32 or float64 (the result has the same dtype).
+        A NumPy memmap, or any array-like with ``shape``, ``dtype`` and row
+        slicing that is not a NumPy or JAX array (an h5py or zarr dataset),
+        is never loaded whole: it is read ``chunk_rows`` rows at a time, once
+        per EM iteration (:func:`streamed_fit`), so it may be larger than memory.
       n_components: :math:`K \ge 1`.
       key: ``jax.random`` key choosing the initial means (keyword-only).
       max_iter: maximum number of EM steps (``>= 0``).
@@ -758,6 +764,9 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
         each M-step. The default ``1e-6`` is scikit-learn's: it keeps a
         component that collapses onto a few identical points finite. Pass
         ``0`` for exact EM (whose energy trace is non-increasing).
+      chunk_rows: rows per chunk when streaming (default ``65536``); passing
+        it streams any ``x``, in memory or not. The streamed fit equals the
+        in-memory one up to the order of the floating point sums.
 
     Returns:
       :class:`~lse_energy.core.FitResult` with the fitted :class:`Params`, the
@@ -773,6 +782,10 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
         returns NaN parameters. Under an outer ``jax.jit`` nothing can be
         raised; call ``fit`` outside ``jit``.
     """
+    if chunk_rows is not None or _rows.is_streamed(x):
+        stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
+        return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol,
+                            reg_covar=reg_covar)
     x = _check_x(x)
     _check_fit_args(max_iter, tol)
     params = init_params(x, n_components, key=key, reg_covar=reg_covar)
@@ -811,3 +824,47 @@ def em(params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, 
     _raise_if_failed(failed, reg)
     n_iter = int(n_iter)
     return core.FitResult(params, trace[: n_iter + 1], n_iter, bool(done))
+
+
+# ---------------------------------------------------------------------------
+# Data larger than memory: EM over row chunks
+# ---------------------------------------------------------------------------
+
+
+_m_step_jit = jax.jit(_m_step)
+
+
+@jax.jit
+def _chunk_statistics(params, x, valid, shift):
+    return sufficient_statistics(params, x, shift, valid)
+
+
+def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6,
+                 reg_covar: float = 1e-6):
+    r""":func:`fit` reading the rows from ``stream`` (a :class:`lse_energy._rows.Stream`) one chunk at a time.
+
+    The initialisation of :func:`init_params` (the same rows as means; mean and
+    covariance in two passes), then the loop of :func:`em` driven from Python:
+    each iteration is one pass summing the chunks' sufficient statistics, then
+    :func:`m_step`. Same stopping rule, trace and errors as :func:`fit`; the
+    result equals the in-memory fit up to the order of the floating point sums.
+    """
+    max_iter, tol = _check_fit_args(max_iter, tol)
+    reg = _check_reg(reg_covar)
+    K = _check_components(n_components, stream.n)
+    shift, cov = _rows.moments(stream, reg)
+    params = _initial(stream.rows_at(_rows.choose_rows(key, stream.n, K)), cov)
+    reg_a = jnp.asarray(reg, shift.dtype)
+
+    def one_pass(p):
+        return _rows.stream_sum(stream, lambda xc, vc: stream.statistics(p, xc, vc, shift))
+
+    def m_step_checked(R, iteration):
+        p = _m_step_jit(R, stream.n, shift, reg_a)
+        bad = np.asarray(_not_pd(p.covariances))
+        if bad.any():
+            _raise_if_failed(np.array([iteration, int(np.argmax(bad))]), reg)
+        return p
+
+    params, trace, done = _rows.em_loop(params, one_pass, m_step_checked, stream.n, max_iter, tol)
+    return core.FitResult(params, jnp.asarray(trace, shift.dtype), len(trace) - 1, done)

@@ -30,9 +30,17 @@ makes a one-axis mesh over all (or the first ``n``) devices:
   ``jax.distributed.initialize()`` (coordinator address, process count and
   process id come from the cluster environment, e.g. SLURM, or as
   arguments), then ``mesh = data_mesh()`` spans ``jax.devices()``, which
-  now lists the devices of *all* hosts. Each process passes the full array
-  or builds a global array with :func:`jax.make_array_from_process_local_data`
-  from its own rows.
+  now lists the devices of *all* hosts. When ``jax.process_count() > 1``,
+  :func:`sharded_em_step`, :func:`sharded_fit` and :func:`sharded_retrieve`
+  take **each process's own rows** (any number per process; the global data
+  are the processes' rows in process order) and place them with
+  :func:`jax.make_array_from_process_local_data`. Every process gets the same,
+  replicated result, as a process-local array.
+
+Data larger than memory. :func:`sharded_fit` reads a NumPy memmap (or any
+array-like that is not in memory, see :func:`lse_energy.gmm.fit`) in row
+chunks, each chunk sharded over the mesh, once per EM iteration; with several
+processes each streams its own file.
 """
 
 from __future__ import annotations
@@ -46,7 +54,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from lse_energy import _validate, gmm, hopfield
+from lse_energy import _rows, _validate, gmm, hopfield
 
 Array = jax.Array
 
@@ -68,6 +76,79 @@ def data_mesh(n_devices: int | None = None, axis: str = "data") -> Mesh:
     if not 1 <= n <= len(devices):
         raise ValueError(f"n_devices must be between 1 and {len(devices)} (jax.devices()); got {n_devices!r}")
     return Mesh(np.asarray(devices[:n]), (axis,))
+
+
+def _multiprocess() -> bool:
+    return jax.process_count() > 1
+
+
+def _allgather(a) -> np.ndarray:
+    """``(process_count, ...)``: every process's ``a`` (a small host array), on every process."""
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(np.asarray(a)))
+
+
+def _agree(error: Exception | None) -> None:
+    """Raise on every process if any process's rows failed validation (so no process waits in a collective)."""
+    flags = _allgather(np.int32(error is not None)).reshape(-1)
+    if error is not None:
+        raise error
+    if flags.any():
+        bad = [int(p) for p in np.flatnonzero(flags)]
+        raise ValueError(f"the rows passed on process(es) {bad} are invalid (see the error raised there)")
+
+
+def _local(tree):
+    """A replicated result as process-local arrays (``np.asarray`` of a multi-process array would fail)."""
+    def local(a):
+        return a.addressable_data(0) if isinstance(a, jax.Array) and not a.is_fully_addressable else a
+
+    return jax.tree.map(local, tree)
+
+
+def _local_device_count(mesh: Mesh) -> int:
+    """Devices of ``mesh`` on this process; every process must hold the same number, at least one."""
+    mine = sum(dev.process_index == jax.process_index() for dev in mesh.devices.flat)
+    counts = _allgather(np.int64(mine)).reshape(-1) if _multiprocess() else np.array([mine])
+    if counts.min() < 1 or counts.min() != counts.max():
+        raise ValueError(f"mesh must hold the same number (>= 1) of devices on every process; holds {counts.tolist()}")
+    return int(mine)
+
+
+def _place(a: np.ndarray, mesh: Mesh):
+    """Place this process's ``(n_local, ...)`` rows (``n_local`` equal on every process) row-sharded on ``mesh``."""
+    sharding = NamedSharding(mesh, P(_axis(mesh)))
+    if not _multiprocess():
+        return jax.device_put(a, sharding)
+    shape = (a.shape[0] * jax.process_count(),) + a.shape[1:]
+    return jax.make_array_from_process_local_data(sharding, a, shape)
+
+
+class _ProcessRows:
+    """The layout of every process's own rows: counts, per-process padded size, global index maps."""
+
+    def __init__(self, n_local: int, mesh: Mesh, chunk: int | None = None):
+        self.counts = _allgather(np.int64(n_local)).reshape(-1) if _multiprocess() else np.array([n_local])
+        self.offsets = np.concatenate([[0], np.cumsum(self.counts)])
+        self.n = int(self.offsets[-1])
+        n_loc = _local_device_count(mesh)
+        rows = int(self.counts.max()) if chunk is None else chunk
+        self.padded = -(-rows // n_loc) * n_loc  # rows per process in each placed block
+
+    def place(self, a: np.ndarray, mesh: Mesh):
+        """``(x, valid)`` for this process's block ``a`` (at most ``self.padded`` rows), zero-padded."""
+        n = a.shape[0]
+        valid = np.zeros((self.padded,), a.dtype)
+        valid[:n] = 1
+        a = np.concatenate([a, np.zeros((self.padded - n,) + a.shape[1:], a.dtype)])
+        return _place(a, mesh), _place(valid, mesh)
+
+    def unpad(self, a: np.ndarray, axis: int = 0) -> np.ndarray:
+        """The real rows of a gathered global ``a`` whose blocks are ``self.padded`` rows per process."""
+        parts = [np.take(a, np.arange(p * self.padded, p * self.padded + c), axis=axis)
+                 for p, c in enumerate(self.counts)]
+        return np.concatenate(parts, axis=axis)
 
 
 def _axis(mesh) -> str:
@@ -166,7 +247,8 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
       params: :class:`lse_energy.gmm.Params`.
       x: ``(N, d)`` floating point (an integer or boolean array raises
         ``ValueError``) and finite; any ``N`` (rows are zero-padded to a
-        multiple of the device count and masked out).
+        multiple of the device count and masked out). With several processes,
+        this process's own rows (see the module docstring).
       mesh: a one-axis :class:`~jax.sharding.Mesh` (e.g. :func:`data_mesh`).
       reg_covar: as in :func:`lse_energy.gmm.em_step`.
 
@@ -175,15 +257,31 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
       ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order.
     """
     params = gmm.check_params(params)
-    x = _check_x(x, params.means.shape[1])
     reg = _validate.nonnegative("reg_covar", reg_covar)
-    N = x.shape[0]
-    xs, valid = shard_rows(x, mesh)
-    return _sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), N, mesh)
+    if not _multiprocess():
+        x = _check_x(x, params.means.shape[1])
+        N = x.shape[0]
+        xs, valid = shard_rows(x, mesh)
+        return _sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), N, mesh)
+    x = _process_rows_checked(x, params.means.shape[1])
+    layout = _ProcessRows(x.shape[0], mesh)
+    xs, valid = layout.place(x, mesh)
+    return _local(_sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), layout.n, mesh))
+
+
+def _process_rows_checked(x, d=None) -> np.ndarray:
+    """This process's rows, validated, as NumPy; every process raises if any process's rows are invalid."""
+    error = None
+    try:
+        x = np.asarray(_check_x(x, d))
+    except ValueError as e:
+        error = e
+    _agree(error)
+    return x
 
 
 def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, tol: float = 1e-6,
-                reg_covar: float = 1e-6):
+                reg_covar: float = 1e-6, chunk_rows: int | None = None):
     r""":func:`lse_energy.gmm.fit` with the data points sharded over ``mesh``.
 
     Same initialisation (:func:`lse_energy.gmm.init_params` with ``key``), the
@@ -193,10 +291,13 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
 
     Args:
       x: ``(N, d)`` floating point (an integer or boolean array raises
-        ``ValueError``) and finite.
+        ``ValueError``) and finite. A NumPy memmap (or other array-like not in
+        memory) is streamed in chunks of ``chunk_rows`` rows, as in
+        :func:`lse_energy.gmm.fit`. With several processes, this process's
+        own rows (in memory or streamed).
       n_components: ``K >= 1``.
       mesh: a one-axis :class:`~jax.sharding.Mesh`.
-      key, max_iter, tol, reg_covar: as in :func:`lse_energy.gmm.fit`.
+      key, max_iter, tol, reg_covar, chunk_rows: as in :func:`lse_energy.gmm.fit`.
 
     Returns:
       :class:`~lse_energy.core.FitResult` as :func:`lse_energy.gmm.fit`.
@@ -205,6 +306,10 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
       ValueError: as :func:`lse_energy.gmm.fit`, also when a covariance stops
         being positive definite (naming the component and the iteration).
     """
+    if _multiprocess() or chunk_rows is not None or _rows.is_streamed(x):
+        stream = _sharded_stream(x, mesh, chunk_rows)
+        return _local(gmm.streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol,
+                                       reg_covar=reg_covar))
     x = _check_x(x)
     params = gmm.init_params(x, n_components, key=key, reg_covar=reg_covar)
     N = x.shape[0]
@@ -212,6 +317,52 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
     shift = _shift(xs, valid, N, mesh)
     return gmm.em(params, _sharded_statistics(mesh), (xs, valid, shift), n=N, shift=shift, max_iter=max_iter,
                   tol=tol, reg_covar=reg_covar)
+
+
+def _sharded_stream(x, mesh: Mesh, chunk_rows) -> _rows.Stream:
+    """A :class:`lse_energy._rows.Stream` whose chunks are sharded over ``mesh`` (each process: its own rows)."""
+    error, rows = None, None
+    try:
+        if not _rows.is_streamed(x):
+            x = np.asarray(_check_x(x))  # in memory: validated whole
+        rows = _rows.RowChunks("x", x, chunk_rows)
+    except ValueError as e:
+        error = e
+    if _multiprocess():
+        _agree(error)
+        info = _allgather(np.array([rows.n, rows.d, rows.chunk], np.int64))
+        if len(set(info[:, 1].tolist())) > 1:
+            raise ValueError(f"every process's rows must have the same d; got d = {info[:, 1].tolist()}")
+        # in memory, one chunk per process; streamed, the largest chunk_rows any process asked for
+        rows.chunk = int(info[:, 0].max()) if chunk_rows is None and not _rows.is_streamed(x) else int(
+            info[:, 2].max())
+        n_chunks = int(max(-(-int(n) // rows.chunk) for n in info[:, 0]))
+    elif error is not None:
+        raise error
+    else:
+        rows.chunk = min(rows.chunk, rows.n)
+        n_chunks = rows.n_chunks
+    layout = _ProcessRows(rows.n, mesh, chunk=rows.chunk)
+    statistics = jax.jit(_sharded_statistics(mesh))
+    empty = np.zeros((0, rows.d), rows.dtype)
+
+    def chunks():
+        for i in range(n_chunks):
+            # a process that has run out of rows still takes part, with an all-padding block
+            yield layout.place(rows.read(i) if i < rows.n_chunks else empty, mesh)
+
+    def rows_at(idx):
+        if not _multiprocess():
+            return rows.rows(idx)
+        idx = np.asarray(idx)
+        owner = np.searchsorted(layout.offsets, idx, side="right") - 1
+        mine = owner == jax.process_index()
+        out = np.zeros((idx.size, rows.d), rows.dtype)
+        if mine.any():
+            out[mine] = rows.rows(idx[mine] - layout.offsets[jax.process_index()])
+        return _allgather(out).sum(axis=0)  # each row is non-zero on its owner only: an exact sum
+
+    return _rows.Stream(chunks, layout.n, rows_at, statistics)
 
 
 # ---------------------------------------------------------------------------
@@ -224,20 +375,35 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
 
     The memories are replicated; each device iterates the update on its own
     queries. No communication is needed, so the result equals the
-    single-device one.
+    single-device one. With several processes, ``queries`` are this
+    process's own (the memories the same on every process), and every
+    process gets the results of all processes' queries, in process order.
 
     Returns:
       As :func:`lse_energy.hopfield.retrieve`: ``(N, d)`` final states and,
       with ``return_energy``, the ``(n_steps + 1, N)`` per-query energies.
     """
-    memories = _validate.points("memories", memories)
-    queries = _validate.points("queries", queries, memories.shape[1], ref="memories")
-    _validate.beta(beta)
-    n_steps = _validate.count("n_steps", n_steps, 0)
+    error = None
+    try:
+        memories = _validate.points("memories", memories)
+        queries = _validate.points("queries", queries, memories.shape[1], ref="memories")
+        _validate.beta(beta)
+        n_steps = _validate.count("n_steps", n_steps, 0)
+    except ValueError as e:
+        error = e
+    if _multiprocess():
+        _agree(error)
+    elif error is not None:
+        raise error
     axis = _axis(mesh)
     beta = jnp.asarray(beta, dtype=memories.dtype)
     N = queries.shape[0]
-    qs, _ = shard_rows(queries, mesh)
+    layout = None
+    if _multiprocess():
+        layout = _ProcessRows(N, mesh)
+        qs, _ = layout.place(np.asarray(queries), mesh)
+    else:
+        qs, _ = shard_rows(queries, mesh)
     return_energy = bool(return_energy)
     out_specs = (P(axis), P(None, axis)) if return_energy else P(axis)
     run = jax.shard_map(
@@ -247,6 +413,18 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
         out_specs=out_specs,
     )
     out = jax.jit(run)(memories, qs, beta)
+    if layout is not None:  # every process gets every process's queries, in process order
+        if return_energy:
+            return (jnp.asarray(layout.unpad(_gather_global(out[0]))),
+                    jnp.asarray(layout.unpad(_gather_global(out[1]), axis=1)))
+        return jnp.asarray(layout.unpad(_gather_global(out)))
     if return_energy:
         return out[0][:N], out[1][:, :N]
     return out[:N]
+
+
+def _gather_global(a) -> np.ndarray:
+    """The whole value of a multi-process array, on every process."""
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(a, tiled=True))

@@ -1980,6 +1980,25 @@ REQUIRED["adversarial"] = {"shape", "finite", "K", "positive", "dtype", "type", 
 FITS.add(adversarial.fit)
 
 
+def gmm_streamed_collapsible():
+    from lse_energy import _rows
+
+    rows = _rows.RowChunks("x", _collapsible(), chunk_rows=16)
+    stream = _rows.local_stream(rows, lambda p, x, valid, shift: gmm.sufficient_statistics(p, x, shift, valid))
+    return dict(stream=stream, n_components=3, key=KEY)
+
+
+CASES += [
+    C(gmm.streamed_fit, "diverge", gmm_streamed_collapsible, lambda a: dict(reg_covar=0.0),
+      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
+      "collapsed_component"),
+    C(gmm.fit, "diverge", lambda: dict(gmm_fit_collapsible(), chunk_rows=16), lambda a: dict(reg_covar=0.0),
+      r"component \d+: its covariance is not positive definite after EM iteration \d+ .*increase reg_covar",
+      "collapsed_component_streamed"),
+]
+FITS.add(gmm.streamed_fit)
+
+
 def test_every_fit_has_a_diverge_case():
     import inspect
 
@@ -2021,8 +2040,10 @@ NO_CONTINUOUS_ARRAY = {
     "diffusion_mlp": {"time_embedding", "init_params"},
     "sharding": {"data_mesh", "shard_rows"},
     # sufficient_statistics and m_step are unvalidated kernels for use inside jit (documented as such);
-    # em's params go through check_params, whose dtype case is below.
-    "gmm": {"sufficient_statistics", "m_step", "em"},
+    # em's params go through check_params, whose dtype case is below. streamed_fit takes a stream,
+    # whose rows were checked when it was made (_rows.RowChunks refuses an integer dtype:
+    # tests/test_streaming.py::test_streamed_errors_name_the_rows).
+    "gmm": {"sufficient_statistics", "m_step", "em", "streamed_fit"},
     "structural": set(),
     "multihop": set(),
     "expanding": {"self_attention_ops"},

@@ -1,0 +1,89 @@
+"""One of two processes of tests/test_multiprocess.py: `python multiprocess_worker.py PROCESS_ID PORT OUT_DIR`.
+
+Both processes build the same global data from one seed and each passes only its own rows
+(process 0 the first N0, process 1 the rest: unequal counts, so the padding is exercised) to
+the sharded functions. Each saves what it got to OUT_DIR/process{ID}.npz; the test compares
+both with the single-process functions on all rows.
+"""
+
+import os
+import sys
+
+os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+jax.config.update("jax_cpu_collectives_implementation", "gloo")
+
+N, N0, D, K = 1001, 387, 3, 3
+MEMORIES, QUERIES, Q0 = 6, 9, 4
+
+
+def data():
+    import numpy as np
+
+    rng = np.random.default_rng(20261125)
+    centres = rng.normal(size=(K, D)) * 4
+    x = centres[rng.integers(K, size=N)] + rng.normal(size=(N, D))
+    memories = rng.normal(size=(MEMORIES, D))
+    queries = memories[rng.integers(MEMORIES, size=QUERIES)] + 0.3 * rng.normal(size=(QUERIES, D))
+    return x, memories, queries
+
+
+def params(x):
+    """Deterministic starting parameters (the same on every process)."""
+    from lse_energy import gmm
+
+    return gmm.init_params(x, K, key=jax.random.key(3))
+
+
+def main(pid: int, port: int, out: str) -> None:
+    import numpy as np
+
+    jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid, initialization_timeout=60)
+    from lse_energy import sharding
+
+    x, memories, queries = data()
+    mine = slice(0, N0) if pid == 0 else slice(N0, N)
+    qmine = slice(0, Q0) if pid == 0 else slice(Q0, QUERIES)
+    mesh = sharding.data_mesh()
+    res = {"process_count": jax.process_count(), "devices": len(mesh.devices.flat)}
+
+    step = sharding.sharded_em_step(params(x), x[mine], mesh)
+    res.update({f"step_{f}": np.asarray(a) for f, a in zip(step._fields, step)})
+
+    fit = sharding.sharded_fit(x[mine], K, mesh, key=jax.random.key(7), max_iter=25, tol=0.0)
+    res.update({f"fit_{f}": np.asarray(a) for f, a in zip(fit.params._fields, fit.params)})
+    res["fit_energies"] = np.asarray(fit.energies)
+
+    path = os.path.join(out, f"rows{pid}.dat")
+    mm = np.memmap(path, dtype=np.float64, mode="w+", shape=x[mine].shape)
+    mm[:] = x[mine]
+    mm.flush()
+    del mm
+    mm = np.memmap(path, dtype=np.float64, mode="r", shape=x[mine].shape)
+    streamed = sharding.sharded_fit(mm, K, mesh, key=jax.random.key(7), max_iter=25, tol=0.0, chunk_rows=100)
+    res.update({f"stream_{f}": np.asarray(a) for f, a in zip(streamed.params._fields, streamed.params)})
+
+    states, energies = sharding.sharded_retrieve(memories, queries[qmine], mesh, beta=2.0, n_steps=4,
+                                                 return_energy=True)
+    res["retrieve_states"], res["retrieve_energies"] = np.asarray(states), np.asarray(energies)
+
+    # invalid rows on one process: both processes raise (neither waits forever in a collective)
+    bad = x[mine].copy()
+    if pid == 1:
+        bad[5, 0] = np.nan
+    try:
+        sharding.sharded_em_step(params(x), bad, mesh)
+        res["invalid_error"] = ""
+    except ValueError as e:
+        res["invalid_error"] = str(e)
+
+    np.savez(os.path.join(out, f"process{pid}.npz"), **res)
+    jax.distributed.shutdown()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
