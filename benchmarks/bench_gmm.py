@@ -145,6 +145,7 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
 
     size = f"N={N}, d={d}, K={K}, float64"
     speedup = t_sk / t_ours
+    target = 10.0 if K <= 16 else 20.0  # issue 19: >= 10x at K = 16; at K = 64 the products are no longer thin
     frac = gflops / peak_gflops
     gemm_frac = gemm_gflops / peak_gflops
     rows = [
@@ -152,11 +153,11 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
         row("1 GMM EM", "sklearn GaussianMixture time/iter", 1e3 * t_sk, "ms",
             note="fit(max_iter=T)/(T+1), best of 1 and 2 BLAS threads: favours sklearn"),
         row("1 GMM EM", "direct-form em_step_reference time/iter", 1e3 * t_ref, "ms"),
-        row("1 GMM EM", "speed-up over sklearn", speedup, "x", ">= 10", speedup >= 10,
-            "" if speedup >= 10 else
-            f"em_step runs at {gflops / gemm_gflops:.0%} of the rate of its two products timed alone "
-            "(rows below)" + ("; the rest of its time is those thin products" if gflops <= gemm_gflops else "")
-            + "; sklearn's per-component BLAS calls on (N, d) blocks are efficient at this N"),
+        row("1 GMM EM", f"speed-up over sklearn (K={K})", speedup, "x", f">= {target:g}", speedup >= target,
+            "" if speedup >= target else
+            f"em_step runs at {gflops / gemm_gflops:.0%} of the rate of its two products timed alone, "
+            f"which allow at most {speedup * gemm_gflops / gflops:.1f}x (ceiling row below)"
+            + ("; the target is above that ceiling" if speedup * gemm_gflops / gflops < target else "")),
         row("1 GMM EM", "log-lik trajectory vs sklearn (max rel.)", traj_err, "", "<= 1e-8", traj_err <= 1e-8),
         row("1 GMM EM", f"params after {T} steps vs sklearn (max rel.)", par_err, ""),
         row("1 GMM EM", "fast em_step vs em_step_reference (max rel.)", ref_err, "", "<= 1e-12", ref_err <= 1e-12),
@@ -166,6 +167,8 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
             f"({K} x {bench_chunk})({bench_chunk} x {F}) per chunk, same run", gemm_gflops, "GFLOP/s",
             note="no features, exp or softmax: the rate em_step could reach at these shapes"),
         row("1 GMM EM", "those products alone, fraction of jnp.dot", gemm_frac, ""),
+        row("1 GMM EM", f"ceiling: largest speed-up those products allow (K={K})", speedup * gemm_gflops / gflops, "x",
+            note="sklearn time / time of em_step's FLOPs at the products-alone rate"),
         row("1 GMM EM", "em_step, fraction of its products alone", gflops / gemm_gflops, ""),
         row("1 GMM EM", "fraction of jnp.dot", frac, "", ">= 0.40", frac >= 0.40,
             "" if frac >= 0.40 else

@@ -58,6 +58,16 @@ def _attention_sizes():
     return rows, raw
 
 
+def _gmm_sizes(N: int):
+    """The GMM rows at K = 16 (target 10x) and K = 64 (target 20x), d = 16."""
+    rows, raw = [], {}
+    for K in (16, 64):
+        r, x = bench_gmm.run(N=N, K=K)
+        rows += r
+        raw[f"K={K}"] = x
+    return rows, raw
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0)
@@ -70,7 +80,7 @@ def main(argv=None) -> int:
     t0 = time.time()
     rows, raw = [], {}
     jobs = {
-        "gmm": lambda: bench_gmm.run(N=max(1000, int(200_000 * s))),
+        "gmm": lambda: _gmm_sizes(max(1000, int(200_000 * s))),
         "attention": lambda: _attention_sizes(),
         "rbm": lambda: bench_rbm.run(tiles=max(1, round(10 * s))),
         "structural": lambda: bench_structural.run(),

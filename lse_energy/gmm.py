@@ -532,22 +532,26 @@ def _chunk_stats(A: Array, xc: Array, shift: Array, valid=None):
 def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUNK):
     """Accumulate ``(sum_i ln p(x_i), r' f(x - shift))`` over row chunks (``lax.fori_loop``)."""
     N = x.shape[0]
+    K, F = A.shape[1], A.shape[0]
     n_full = N // chunk
+    # Zeros that carry x's type: inside shard_map a plain jnp.zeros carry would lack the
+    # device-varying type of the per-device sums (x is finite, so 0 * x[0, 0] == 0).
+    zero = 0 * x[0, 0]
+    ll = jnp.zeros((), x.dtype) + zero
+    R = jnp.zeros((K, F), x.dtype) + zero
+    if n_full > 0:
+        def body(i, carry):
+            ll, R = carry
+            xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
+            vc = None if valid is None else jax.lax.dynamic_slice_in_dim(valid, i * chunk, chunk)
+            l, Rc = _chunk_stats(A, xc, shift, vc)
+            return ll + l, R + Rc
 
-    def stats(i):
-        xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
-        vc = None if valid is None else jax.lax.dynamic_slice_in_dim(valid, i * chunk, chunk)
-        return _chunk_stats(A, xc, shift, vc)
-
-    # The loop's carry starts from the first chunk's sums, not from zeros: inside shard_map a
-    # zeros carry would not carry the device-varying type of the per-device sums.
-    acc = stats(0) if n_full > 0 else None
-    if n_full > 1:
-        acc = jax.lax.fori_loop(1, n_full, lambda i, c: jax.tree.map(operator.add, c, stats(i)), acc)
+        ll, R = jax.lax.fori_loop(0, n_full, body, (ll, R))
     if N % chunk:
-        tail = _chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])
-        acc = tail if acc is None else jax.tree.map(operator.add, acc, tail)
-    return acc
+        l, Rc = _chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])
+        ll, R = ll + l, R + Rc
+    return ll, R
 
 
 def _m_step(R: Array, N, shift: Array, reg_covar) -> Params:
