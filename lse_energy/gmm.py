@@ -845,7 +845,7 @@ def _chunk_statistics(params, x, valid, shift):
 
 def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6,
                  reg_covar: float = 1e-6):
-    r""":func:`fit` reading the rows from ``stream`` (a :class:`lse_energy._rows.Stream`) one chunk at a time.
+    r""":func:`fit` reading the rows from ``stream`` (a ``lse_energy._rows.Stream``) one chunk at a time.
 
     The initialisation of :func:`init_params` (the same rows as means; mean and
     covariance in two passes), then the loop of :func:`em` driven from Python:

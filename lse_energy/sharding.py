@@ -320,7 +320,7 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
 
 
 def _sharded_stream(x, mesh: Mesh, chunk_rows) -> _rows.Stream:
-    """A :class:`lse_energy._rows.Stream` whose chunks are sharded over ``mesh`` (each process: its own rows)."""
+    """A ``lse_energy._rows.Stream`` whose chunks are sharded over ``mesh`` (each process: its own rows)."""
     error, rows = None, None
     try:
         if not _rows.is_streamed(x):

@@ -9,13 +9,9 @@ both with the single-process functions on all rows.
 import os
 import sys
 
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
-os.environ["JAX_PLATFORMS"] = "cpu"
-
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-jax.config.update("jax_cpu_collectives_implementation", "gloo")
+# The test imports this module for data() and params(): nothing at import time may touch the
+# environment or JAX's configuration of the importing process (its later notebook kernels
+# inherit os.environ). The process's own settings are made in __main__, before jax is imported.
 
 N, N0, D, K = 1001, 387, 3, 3
 MEMORIES, QUERIES, Q0 = 6, 9, 4
@@ -34,12 +30,15 @@ def data():
 
 def params(x):
     """Deterministic starting parameters (the same on every process)."""
+    import jax
+
     from lse_energy import gmm
 
     return gmm.init_params(x, K, key=jax.random.key(3))
 
 
 def main(pid: int, port: int, out: str) -> None:
+    import jax
     import numpy as np
 
     jax.distributed.initialize(f"127.0.0.1:{port}", num_processes=2, process_id=pid, initialization_timeout=60)
@@ -86,4 +85,10 @@ def main(pid: int, port: int, out: str) -> None:
 
 
 if __name__ == "__main__":
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=2").strip()
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
     main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])

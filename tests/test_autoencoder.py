@@ -95,7 +95,14 @@ def test_principal_angles_match_scipy(seed):
     rng = np.random.default_rng(seed)
     for p, q in ((3, 2), (2, 3), (4, 4), (1, 3)):
         a, b = rng.normal(size=(7, p)), rng.normal(size=(7, q))
-        np.testing.assert_allclose(ae.principal_angles(a, b), np.sort(sl.subspace_angles(a, b)), atol=1e-12)
+        ours, ref = ae.principal_angles(a, b), np.sort(sl.subspace_angles(a, b))
+        # Where p + q > 7 the subspaces share p + q - 7 directions: those angles are exactly 0.
+        # scipy 1.17 (with numpy 2.4) returns them as about 2e-8 (the accuracy of arccos near 1,
+        # sqrt(eps)); ours resolves them to round-off. Elsewhere the two agree to 1e-12.
+        shared = max(0, p + q - 7)
+        np.testing.assert_array_less(ours[:shared], 1e-12)
+        np.testing.assert_allclose(ours[:shared], ref[:shared], atol=1e-7)
+        np.testing.assert_allclose(ours[shared:], ref[shared:], atol=1e-12)
 
 
 def test_principal_angles_resolve_tiny_angles():

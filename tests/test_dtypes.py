@@ -78,6 +78,8 @@ DRIVERS = {
     "lif.simulate": (lif.simulate, V.lif_sim),
     "autoencoder.fit": (ae_mod.fit, V.ae_fit_args),
     "gmm.fit": (gmm.fit, V.gmm_fit),
+    # streamed_fit through its public entry: fit with chunk_rows streams x (cast like every input here)
+    "gmm.streamed_fit": (lambda **kw: gmm.fit(chunk_rows=4, **kw), V.gmm_fit),
     "gmm.em_step": (gmm.em_step, V.gmm_energy),
     "sharding.sharded_fit": (sharding.sharded_fit, lambda: dict(V.gmm_fit(), mesh=sharding.data_mesh())),
     "sharding.sharded_em_step": (sharding.sharded_em_step, lambda: dict(V.gmm_energy(), mesh=sharding.data_mesh())),

@@ -917,6 +917,7 @@ KEYED = {
     "autoencoder.init_params": lambda key: ae_mod.init_params(3, 2, key=key),
     "gmm.init_params": lambda key: gmm.init_params(_DATA2, 2, key=key),
     "gmm.fit": lambda key: gmm.fit(_DATA2, 2, key=key, max_iter=2),
+    "gmm.streamed_fit": lambda key: gmm.fit(_DATA2, 2, key=key, max_iter=2, chunk_rows=3),  # the streamed path
     "slds.init_params": lambda key: slds.init_params(_TRAJ, 2, key=key),
     "slds.fit": lambda key: slds.fit(_TRAJ, 2, key=key, max_iter=2, n_init=2),
     "slds.sample": lambda key: slds.sample(_SLDS, jnp.zeros(2), 4, key=key),
