@@ -15,6 +15,7 @@ import pathlib
 import platform
 import sys
 import time
+import traceback
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
@@ -26,7 +27,7 @@ import jax  # noqa: E402
 jax.config.update("jax_enable_x64", True)
 
 from benchmarks import bench_attention, bench_gmm, bench_gru, bench_rbm, bench_scaling, bench_structural  # noqa: E402
-from benchmarks.common import load_average  # noqa: E402
+from benchmarks.common import load_average, row  # noqa: E402
 
 
 def fmt(value) -> str:
@@ -87,25 +88,52 @@ def main(argv=None) -> int:
         "scaling": lambda: bench_scaling.run(),
         "gru": lambda: bench_gru.run(ns=tuple(max(1024, int(n * s)) for n in (4096, 16384, 65536))),
     }
+    out = pathlib.Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    failed = []
     for name, job in jobs.items():
         if name in only:
             print(f"[bench] {name} ...", flush=True)
-            r, x = job()
+            try:
+                r, x = job()
+            except Exception as e:  # one broken section must not lose the others' figures
+                traceback.print_exc()
+                failed.append(name)
+                r, x = [row(name, "FAILED", type(e).__name__, "", "", False, str(e).splitlines()[0][:200])], {}
             rows += r
             raw[name] = x
+            _write(out, load_before, load_average(), rows, raw)  # after each section, so a cut-off run keeps them
     load_after = load_average()
     print()
-    print(f"lse_energy benchmarks on {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-          f"jax {jax.__version__}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} "
-          f"(1 min); {time.time() - t0:.0f} s")
+    print(describe(load_before, load_after, time.time() - t0))
     print(table(rows))
-    out = pathlib.Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"load_average_before": load_before, "load_average_after": load_after,
-                               "cpus": os.cpu_count(), "jax": jax.__version__, "rows": rows, "raw": raw},
-                              indent=1, default=str))
+    _write(out, load_before, load_after, rows, raw)
     print(f"written {out}")
-    return 0
+    return 1 if failed else 0
+
+
+def device() -> str:
+    """The device JAX runs on: the CPU's name, or the accelerator's kind."""
+    d = jax.devices()[0]
+    if d.platform == "cpu":
+        return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    return f"{d.device_kind} ({d.platform}; host {os.cpu_count()} CPUs)"
+
+
+def describe(load_before, load_after, seconds: float) -> str:
+    """The table's heading line: device, versions, float32 matmul precision, load."""
+    precision = jax.config.jax_default_matmul_precision or "default"
+    return (f"lse_energy benchmarks on {device()}, jax {jax.__version__}, JAX float32 matmul precision "
+            f"{precision}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); "
+            f"{seconds:.0f} s")
+
+
+def _write(out: pathlib.Path, load_before, load_after, rows, raw) -> None:
+    out.write_text(json.dumps({"device": device(), "platform": jax.default_backend(),
+                               "matmul_precision": jax.config.jax_default_matmul_precision,
+                               "load_average_before": load_before, "load_average_after": load_after,
+                               "cpus": os.cpu_count(), "jax": jax.__version__, "rows": rows,
+                               "table": table(rows), "raw": raw}, indent=1, default=str))
 
 
 if __name__ == "__main__":

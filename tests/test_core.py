@@ -342,3 +342,47 @@ def test_softmax_average_batched_with_bias_uses_dense_path():
     expected = jnp.einsum("bcp,bpe->bce", core.weights(0.5 * jnp.einsum("bcd,bpd->bcp", q, k) + bias), v)
     got = core.softmax_average(q, k, v, 0.5, bias, block=8)
     np.testing.assert_allclose(got, expected, rtol=1e-13, atol=1e-14)
+
+
+def _loose_bound_case():
+    """Queries far from every key but one long orthogonal key: the Cauchy-Schwarz shift overshoots by ~1e6."""
+    rng = np.random.default_rng(3)
+    k = jnp.asarray(np.vstack([1e3 * np.eye(6)[1], rng.normal(size=(9, 6))]))
+    v = jnp.asarray(rng.normal(size=(10, 3)))
+    q = jnp.asarray(np.hstack([1e3 * np.ones((40, 1)), 0.1 * rng.normal(size=(40, 5))]))
+    q = q.at[:, 1].set(0.0)  # orthogonal to the long key
+    return q, k, v
+
+
+def test_softmax_average_fallback_when_the_bound_is_loose():
+    q, k, v = _loose_bound_case()
+    beta = 1.0
+    # the bounded shift alone loses every row sum to underflow here, so the exact branch must run
+    k_norm = jnp.sqrt(jnp.max(jnp.sum(k * k, axis=-1)))
+    _, low = core._softmax_average_bounded(beta * q[:16], k, v, k_norm)
+    assert float(low) < np.sqrt(np.finfo(np.float64).tiny)
+    expected = core.weights(beta * q @ k.T) @ v
+    got = core.softmax_average(q, k, v, beta, block=16)
+    assert np.all(np.isfinite(np.asarray(got)))
+    np.testing.assert_allclose(got, expected, rtol=1e-12, atol=1e-14)
+    f = lambda q, k, v: jnp.sum(jnp.sin(core.softmax_average(q, k, v, beta, block=16)))  # noqa: E731
+    g = lambda q, k, v: jnp.sum(jnp.sin(core.weights(beta * q @ k.T) @ v))  # noqa: E731
+    for a, b in zip(jax.grad(f, argnums=(0, 1, 2))(q, k, v), jax.grad(g, argnums=(0, 1, 2))(q, k, v)):
+        assert np.all(np.isfinite(np.asarray(a)))
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("loose", [False, True])
+def test_softmax_average_blocked_path_supports_forward_mode(loose):
+    # jvp (and so jacfwd, forward-over-reverse Hessian-vector products) through either branch
+    if loose:
+        q, k, v = _loose_bound_case()
+    else:
+        kq, kk, kv = jax.random.split(jax.random.key(9), 3)
+        q, k, v = jax.random.normal(kq, (40, 6)), jax.random.normal(kk, (10, 6)), jax.random.normal(kv, (10, 3))
+    tangents = tuple(jax.random.normal(jax.random.key(i), x.shape) for i, x in enumerate((q, k, v)))
+    blocked = lambda q, k, v: core.softmax_average(q, k, v, 1.0, block=16)  # noqa: E731
+    dense = lambda q, k, v: core.weights(q @ k.T) @ v  # noqa: E731
+    _, t_blocked = jax.jvp(blocked, (q, k, v), tangents)
+    _, t_dense = jax.jvp(dense, (q, k, v), tangents)
+    np.testing.assert_allclose(t_blocked, t_dense, rtol=1e-10, atol=1e-12)
