@@ -46,6 +46,19 @@ def is_concrete(*arrays) -> bool:
     return not any(isinstance(a, jax.core.Tracer) for a in arrays)
 
 
+def all_finite(x) -> bool:
+    """Whether every value of the concrete array ``x`` is finite.
+
+    A JAX array on an accelerator is reduced where it lives, so that one flag,
+    not the array, crosses to the host; anything else is checked with NumPy
+    (a JAX array on the CPU shares its buffer with NumPy, which is faster there
+    than dispatching a reduction).
+    """
+    if isinstance(x, jax.Array) and any(d.platform != "cpu" for d in x.devices()):
+        return bool(jnp.all(jnp.isfinite(x)))
+    return bool(np.all(np.isfinite(np.asarray(x))))
+
+
 def float_array(name: str, x, min_ndim: int = 0) -> Array:
     """``x`` as an array with at least ``min_ndim`` axes, a floating dtype and finite values.
 
@@ -57,7 +70,7 @@ def float_array(name: str, x, min_ndim: int = 0) -> Array:
         raise ValueError(f"{name} must have at least {min_ndim} dimensions; got shape {x.shape}")
     if not jnp.issubdtype(x.dtype, jnp.floating):
         raise ValueError(f"{name} must have a floating dtype; got {x.dtype}")
-    if is_concrete(x) and not bool(np.all(np.isfinite(np.asarray(x)))):
+    if is_concrete(x) and not all_finite(x):
         raise ValueError(f"{name} must be finite")
     return x
 
@@ -83,7 +96,7 @@ def require_finite(where: str, result, *, steps=None, hint: str = "") -> None:
     paths = jax.tree_util.tree_flatten_with_path(result)[0]
     bad = ["result" + jax.tree_util.keystr(path) for path, a in paths
            if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
-           and not bool(np.all(np.isfinite(np.asarray(a))))]
+           and not all_finite(a)]
     if not bad:
         return
     where_step = ""

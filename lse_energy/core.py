@@ -26,7 +26,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lse_energy import _validate
-from lse_energy._validate import is_concrete
+from lse_energy._validate import all_finite, is_concrete
 
 Array = jax.Array
 
@@ -62,7 +62,7 @@ def _check_sim(sim, mask, allow_empty: bool):
         raise ValueError(f"sim must have a floating dtype; got {sim.dtype}")
     if sim.shape[-1] == 0:
         raise ValueError(f"sim must have at least one parent (P >= 1); got shape {sim.shape}")
-    if is_concrete(sim) and not bool(np.all(np.isfinite(np.asarray(sim)))):
+    if is_concrete(sim) and not all_finite(sim):
         raise ValueError(
             "sim must be finite; use `mask` (not -inf) to forbid an edge"
         )
@@ -248,8 +248,8 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
         ``k`` and ``v`` are 2-D, ``bias`` is ``None``, ``N_Q >= 2 * block``
         and JAX's default backend is the CPU. On an accelerator the one-shot
         form is used: XLA fuses its passes there, and the serial block loop
-        and ``lax.cond`` only cost time (on an H200 the blocked form was 3-6x
-        slower than the one-shot one; Performance chapter).
+        and ``lax.cond`` only cost time (on an H200, forward and gradient at
+        N = 2048 took 0.79 ms blocked and 0.30 ms one-shot; Performance chapter).
 
     Returns:
       ``(..., N_Q, d_v)``.

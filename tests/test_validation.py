@@ -2145,3 +2145,15 @@ def test_no_module_test_repeats_a_registry_case():
                 repeats.append(f"{file}:{line} {fn} {match!r} (registry: {message!r})")
                 break
     assert not repeats, "\n".join(repeats)
+
+
+@pytest.mark.parametrize("make", [np.asarray, jnp.asarray], ids=["numpy", "jax"])
+def test_all_finite_flags_nan_and_inf(make):
+    from lse_energy._validate import all_finite
+
+    x = np.arange(12.0).reshape(3, 4)
+    assert all_finite(make(x))
+    for bad in (np.nan, np.inf, -np.inf):
+        y = x.copy()
+        y[2, 1] = bad
+        assert not all_finite(make(y))
