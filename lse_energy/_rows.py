@@ -78,7 +78,9 @@ class RowChunks:
     """
 
     def __init__(self, name: str, x, chunk_rows: int | None = None, dtype=None):
-        shape = tuple(getattr(x, "shape", ()))
+        if not (hasattr(x, "shape") and hasattr(x, "dtype")):
+            x = np.asarray(x)  # nested lists and tuples: small by construction, so read whole
+        shape = tuple(x.shape)
         if len(shape) != 2:
             raise ValueError(f"{name} must have shape (rows, d); got shape {shape}")
         if shape[0] == 0 or shape[1] == 0:

@@ -51,6 +51,12 @@ def test_chunk_rows_streams_an_in_memory_array_too():
     ref = gmm.fit(x, 2, key=jax.random.key(0), max_iter=10, tol=0.0)
     got = gmm.fit(x, 2, key=jax.random.key(0), max_iter=10, tol=0.0, chunk_rows=333)
     np.testing.assert_allclose(np.asarray(got.params.means), np.asarray(ref.params.means), rtol=1e-10, atol=1e-10)
+    # nested lists stream too (they have no .shape): the same fit, and the same dtype error as in memory
+    got = gmm.fit(x.tolist(), 2, key=jax.random.key(0), max_iter=10, tol=0.0, chunk_rows=333)
+    np.testing.assert_allclose(np.asarray(got.params.means), np.asarray(ref.params.means), rtol=1e-10, atol=1e-10)
+    for rows in ([[1, 2], [3, 4]], [[1.0, 2.0], [3.0]]):
+        with pytest.raises(ValueError):
+            gmm.fit(rows, 1, key=jax.random.key(0), chunk_rows=1)
 
 
 def test_streamed_errors_name_the_rows(memmap):
