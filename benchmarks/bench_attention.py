@@ -59,7 +59,7 @@ def torch_configs(torch, qn, kn, vn, gn, device: str = "cpu", skipped: list | No
 
     ``device`` is ``"cpu"`` (variants: thread counts) or ``"cuda"`` (variants: SDPA
     backends; each call synchronises). On CUDA a configuration whose first call raises
-    is left out and its label and error are appended to ``skipped``.
+    is left out and ``(label, first line of the error)`` is appended to ``skipped``.
     """
     sdpa = torch.nn.functional.scaled_dot_product_attention
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
@@ -93,7 +93,7 @@ def torch_configs(torch, qn, kn, vn, gn, device: str = "cpu", skipped: list | No
                     fwd_bwd()
                 except RuntimeError as e:  # e.g. "No available kernel" for flash with float32
                     if skipped is not None:
-                        skipped.append(f"{label}: {str(e).splitlines()[0][:120]}")
+                        skipped.append((label, str(e).splitlines()[0][:120]))
                     continue
             configs[label] = (fwd, fwd_bwd, lambda f=fwd_bwd: f(True))
     return configs
@@ -262,9 +262,8 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
                                 1e3 * t[f"torch {kind} {label}"], "ms", note="reported only"))
         rows.append(row("2 attention", f"{tag}torch device", torch_device, "",
                         note=("JAX on " + jax.devices()[0].device_kind) if on_gpu else ""))
-        for s_ in skipped:
-            rows.append(row("2 attention", f"{tag}torch sdpa configuration left out", s_.split(":")[0], "",
-                            note=s_.split(":", 1)[1].strip()))
+        for label, error in skipped:
+            rows.append(row("2 attention", f"{tag}torch sdpa configuration left out", label, "", note=error))
     rows.append(row("2 attention", f"{tag}jax.nn.dot_product_attention forward",
                     1e3 * t["jax.nn.dot_product_attention"], "ms", note="reported only, no target"))
     rows.append(row("2 attention", f"{tag}plain softmax(qk')v forward (jit)", 1e3 * t["plain softmax(qk')v (jit)"],

@@ -188,6 +188,11 @@ def _softmax_average_dense(q, k, v, beta, bias):
     return jnp.einsum("...cp,...pe->...ce", e, v) / jnp.sum(e, axis=-1, keepdims=True)
 
 
+def _sum_floor(dtype):
+    """The smallest row sum the bounded shift may leave before the exact branch is used: sqrt(tiny)."""
+    return jnp.sqrt(jnp.finfo(dtype).tiny)
+
+
 def _softmax_average_bounded(qs, k, v, k_norm):
     r"""One query block of :func:`softmax_average`, shifted by a bound instead of the row maximum.
 
@@ -206,7 +211,7 @@ def _softmax_average_bounded(qs, k, v, k_norm):
     # A row whose sum fell below the threshold sends the caller to the exact branch; dividing it
     # by 1 instead keeps this (then discarded) branch finite, so its zero cotangent stays zero
     # instead of becoming 0 * inf = NaN in the gradient.
-    ok = total >= jnp.sqrt(jnp.finfo(total.dtype).tiny)
+    ok = total >= _sum_floor(total.dtype)
     return (e @ v) / jnp.where(ok, total, 1.0), jnp.min(total)
 
 
@@ -265,7 +270,7 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
     k_norm = jax.lax.stop_gradient(jnp.sqrt(jnp.max(jnp.sum(k * k, axis=-1))))
     out, low = jax.lax.map(lambda qc: _softmax_average_bounded(qc, k, v, k_norm), qb)
     out = jax.lax.cond(
-        jnp.min(low) >= jnp.sqrt(jnp.finfo(out.dtype).tiny),
+        jnp.min(low) >= _sum_floor(out.dtype),
         lambda: out,
         # Each fallback block is rematerialised (jax.checkpoint): under reverse mode the branch
         # not taken then keeps only its block inputs as residuals, not its block x N_K weights.
