@@ -37,7 +37,7 @@ __all__ = ["FIG2", "FIG3", "AUTHORS", "PLATEAU_TOL", "plateau", "fig2", "fig3", 
 FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
             learning_rate=1e-2)
 #: Settings of the full Fig. 3 run, trained at every dimension in ``ds`` (``rank = d // 2``, ``d_k = d``).
-FIG3 = dict(seeds=list(range(5)), ps=[1 / 2, 1 / 5, 1 / 10, 1 / 25], ds=[10, 50, 75], n_steps=2000, batch=32,
+FIG3 = dict(seeds=list(range(5)), ps=[1 / 2, 1 / 5, 1 / 10, 1 / 25], ds=[10, 50, 75], n_steps=8000, batch=32,
             n=128, strength=3.0, max_steps=60, learning_rate=2e-2)
 #: Settings of Fig. 2 as the authors' public code defines it (``authors_multihop``), at their sizes.
 AUTHORS = dict(seeds=list(range(10)), models=["standard", "multihop", "multihop_paper"], n_steps=20000, batch=200,
