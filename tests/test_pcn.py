@@ -95,14 +95,14 @@ def test_hebbian_form_of_weight_gradient(seed):
         np.testing.assert_allclose(np.asarray(-gW), outer, rtol=1e-12)
 
 
-def test_seed_untransposed_feedback_is_wrong():
-    # Square layers so that the notes' untransposed feedback term has the right shape.
+def test_feedback_without_the_transpose_is_not_the_gradient():
+    # Square layers, so that W eps (no transpose) has the shape of the gradient and can be compared.
     p, xs, prec = _problem(0, sizes=(3, 3, 3))
     eps = pcn.errors(p, xs, prec)
-    seed_g1 = eps[1] - (1 - jnp.tanh(xs[1]) ** 2) * (eps[2] @ p.weights[1].T)  # W instead of W^T
+    swapped_g1 = eps[1] - (1 - jnp.tanh(xs[1]) ** 2) * (eps[2] @ p.weights[1].T)  # W instead of W^T
     true_g1 = jax.grad(pcn.energy, argnums=1)(p, xs, prec)[1]
     assert relative_error(pcn.grad_x(p, xs, prec)[1], true_g1) < 1e-12
-    assert relative_error(seed_g1, true_g1) > 1e-2
+    assert relative_error(swapped_g1, true_g1) > 1e-2
 
 
 # --- inference -----------------------------------------------------------------

@@ -1769,7 +1769,7 @@ def slds_fit_degenerate():
     return dict(x=np.concatenate([np.zeros((20, 2)), walk]), n_components=2, key=KEY, n_init=3, max_iter=5)
 
 
-def diffusion_fit():
+def diffusion_fit_diverge():
     return dict(params=diffusion_mlp()["params"], data=_normal((8, 2)), schedule=diffusion.linear_schedule(20),
                 optimizer=optax.sgd(1e-3), key=KEY, n_steps=3, batch_size=4)
 
@@ -1809,7 +1809,7 @@ CASES += [
       "huge_rate"),
     C(pcn.fit, "diverge", pcn_train_args, lambda a: dict(optimizer=_HUGE_STEP), "pcn.fit: " + DIVERGE,
       "huge_rate"),
-    C(dmlp.fit, "diverge", diffusion_fit, lambda a: dict(optimizer=_HUGE_STEP), "diffusion_mlp.fit: " + DIVERGE,
+    C(dmlp.fit, "diverge", diffusion_fit_diverge, lambda a: dict(optimizer=_HUGE_STEP), "diffusion_mlp.fit: " + DIVERGE,
       "huge_rate"),
     C(toy.run_multihop_experiment, "diverge", multihop_run, lambda a: dict(optimizer=_HUGE_STEP),
       r"run_multihop_experiments \(one_layer\): " + DIVERGE, "huge_rate"),
