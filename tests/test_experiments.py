@@ -4,6 +4,7 @@ import json
 import pathlib
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -24,6 +25,28 @@ def test_plateau_criterion():
     np.testing.assert_allclose(out["before"][1] - out["last"][1], 0.1, rtol=1e-12)
     with pytest.raises(ValueError, match="at least 10 steps"):
         fr.plateau(np.ones((2, 5)))
+
+
+def test_the_fig3_optimizer_is_adam_on_a_cosine_decay():
+    """Under a constant gradient Adam's step is exactly the learning rate, so the steps trace the
+    schedule, checked against the cosine written out: lr (f + (1 - f)(1 + cos(pi t / T)) / 2)."""
+    s = dict(fr.FIG3, n_steps=50)
+    opt = fr.optimizer(s)
+    params = jnp.zeros(3)
+    state = opt.init(params)
+    steps = []
+    for _ in range(s["n_steps"] + 5):
+        upd, state = opt.update(jnp.ones(3), state, params)
+        steps.append(-float(upd[0]))
+    t = np.minimum(np.arange(s["n_steps"] + 5), s["n_steps"])
+    f = s["lr_final_frac"]
+    want = s["learning_rate"] * (f + (1 - f) * 0.5 * (1 + np.cos(np.pi * t / s["n_steps"])))
+    np.testing.assert_allclose(steps, want, rtol=1e-6)  # Adam's eps = 1e-8 against |g| = 1
+    const = fr.optimizer(dict(s, lr_schedule="constant"))
+    upd, _ = const.update(jnp.ones(3), const.init(params), params)
+    np.testing.assert_allclose(-np.asarray(upd), s["learning_rate"], rtol=1e-6)
+    with pytest.raises(ValueError, match="lr_schedule"):
+        fr.optimizer(dict(s, lr_schedule="linear"))
 
 
 def test_a_small_fig2_run_has_every_model_and_setting():
