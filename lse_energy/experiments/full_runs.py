@@ -1,13 +1,15 @@
 r"""Full-size runs of the chapter 09 experiments (Singh & Buckley 2023, Figs. 2 and 3).
 
-The chapter executes a reduced run live and plots the full-size run stored
-under ``book/data/`` by ``nox -s experiments``, which calls::
-
-    python -m lse_energy.experiments.full_runs --out book/data
-
-Each result is a JSON file holding every setting (:data:`FIG2`, :data:`FIG3`),
-the commit and the library versions, the per-seed outcomes and the training
-curves (median and range over seeds, averaged over blocks of steps).
+The chapter executes a reduced run live and plots the full-size runs stored
+under ``book/data/`` by ``nox -s experiments`` (:mod:`lse_energy.experiments.store`):
+``structural_fig2`` (one cell per seed), ``structural_fig3`` (one cell per
+dimension and model, every ``p`` and seed vmapped in it) and
+``structural_authors`` (one cell per model and seed). Each cell stores its
+per-seed outcomes, its training curves as block means, and as its replay trace
+the first :data:`REPLAY_STEPS` training losses of the full run next to the
+losses and test error of a run stopped after that many steps (same schedule,
+same keys). :func:`fig2_summary`, :func:`fig3_summary` and
+:func:`authors_summary` turn a stored file into per-model arrays.
 
 **Plateau criterion.** A model has trained to a plateau when the median over
 seeds of its training loss (normalised MSE on fresh batches), averaged over
@@ -17,21 +19,18 @@ by at most :data:`PLATEAU_TOL` (in units of :math:`\mathrm{Var}(y)`).
 
 from __future__ import annotations
 
-import argparse
+import functools
 import json
-import pathlib
-import subprocess
-import time
 
-import jax
 import numpy as np
 import optax
 
 from lse_energy import _validate, expanding
-from lse_energy.experiments import authors_multihop
+from lse_energy.experiments import authors_multihop, store
 from lse_energy.experiments import structural_tasks as toy
 
-__all__ = ["FIG2", "FIG3", "AUTHORS", "PLATEAU_TOL", "plateau", "optimizer", "fig2", "fig3", "authors", "main"]
+__all__ = ["FIG2", "FIG3", "AUTHORS", "PLATEAU_TOL", "REPLAY_STEPS", "EXPERIMENTS", "plateau", "optimizer",
+           "fig2_summary", "fig3_summary", "authors_summary"]
 
 #: Settings of the full Fig. 2 run (every model of ``structural_tasks.TOY_MODELS``).
 FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
@@ -47,6 +46,17 @@ AUTHORS = dict(seeds=list(range(10)), models=["standard", "multihop", "multihop_
 #: Largest change of the median training loss between the last two tenths of a run.
 PLATEAU_TOL = 0.02
 _BLOCKS = 100  # curves are stored as this many block means
+#: Length of the replay trace: training losses of the first steps of every run in a cell.
+REPLAY_STEPS = 25
+# Float64 throughout. The replayed prefix is the same program as the full run's first steps, compiled
+# for a shorter scan, with or without the progress callback and XLA's fast-compile flags; these change
+# the order of floating-point operations only. Each of the 25 Adam steps amplifies a relative
+# perturbation by at most a few (measured: ~1e-13 after 25 steps, SSE4.2/AVX/native, with and without
+# the flags), so 1e-9 leaves four orders of magnitude of room while any change of the method moves the
+# losses at 1e-3 or more within a few steps.
+_RTOL, _ATOL = 1e-9, 1e-12
+_REASON = ("float64 round-off of a reordered but identical program, amplified over 25 optimizer steps "
+           "(measured ~1e-13); result-changing edits move the trace by >= 1e-3")
 
 
 def plateau(curves) -> dict:
@@ -69,8 +79,20 @@ def plateau(curves) -> dict:
 
 def optimizer(settings: dict) -> optax.GradientTransformation:
     """Adam at ``settings["learning_rate"]``: constant, or with ``lr_schedule="cosine"`` decayed over
-    ``n_steps`` to ``lr_final_frac`` of it (:func:`optax.cosine_decay_schedule`)."""
-    schedule = settings.get("lr_schedule", "constant")
+    ``n_steps`` to ``lr_final_frac`` of it (:func:`optax.cosine_decay_schedule`).
+
+    The same settings give the same object, so the training programs, which take the optimizer as a
+    static argument, compile once per settings rather than once per call."""
+    return _optimizer(json.dumps({k: settings.get(k) for k in _OPT_KEYS}, sort_keys=True))
+
+
+_OPT_KEYS = ("learning_rate", "lr_schedule", "lr_final_frac", "n_steps")
+
+
+@functools.lru_cache(maxsize=32)
+def _optimizer(frozen: str) -> optax.GradientTransformation:
+    settings = json.loads(frozen)
+    schedule = settings.get("lr_schedule") or "constant"
     if schedule == "constant":
         return optax.adam(settings["learning_rate"])
     if schedule == "cosine":
@@ -79,98 +101,144 @@ def optimizer(settings: dict) -> optax.GradientTransformation:
     raise ValueError(f"lr_schedule must be 'constant' or 'cosine'; got {schedule!r}")
 
 
-def _blocks(curves) -> dict:
-    """Median, min and max over seeds (axis -2) of ``_BLOCKS`` block means of the steps."""
+def _block_means(curves) -> np.ndarray:
+    """``(..., n_steps)`` -> ``(..., _BLOCKS)`` means of equal blocks of steps (a remainder is dropped)."""
     c = np.asarray(curves, dtype=float)
     k = min(_BLOCKS, c.shape[-1])
     n = c.shape[-1] - c.shape[-1] % k
-    b = c[..., :n].reshape(*c.shape[:-1], k, n // k).mean(-1)
+    return c[..., :n].reshape(*c.shape[:-1], k, n // k).mean(-1)
+
+
+def _curve(blocks, n_steps: int) -> dict:
+    """Median, min and max over seeds (axis -2) of block means, with the blocks' mid steps."""
+    b = np.asarray(blocks, dtype=float)
+    k = b.shape[-1]
+    n = n_steps - n_steps % k
     return dict(step=((np.arange(k) + 0.5) * n / k).tolist(), median=np.median(b, -2).tolist(),
                 min=b.min(-2).tolist(), max=b.max(-2).tolist())
 
 
-def _provenance() -> dict:
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True,
-                                cwd=pathlib.Path(__file__).parent).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    return dict(commit=commit, jax=jax.__version__, numpy=np.__version__, x64=bool(jax.config.jax_enable_x64))
+# --- Fig. 2: one cell per seed, every model of toy.TOY_MODELS ------------------------------------------------
+
+def _fig2_run(s, seed, n_steps, progress=False):
+    return toy.run_multihop_experiments(toy.TOY_MODELS, [seed], optimizer=optimizer(s), n_steps=n_steps,
+                                        batch=s["batch"], n_nodes=s["n_nodes"], d=s["d"], d_k=s["d_k"],
+                                        rank=s["rank"], strength=s["strength"], progress=progress)
 
 
-def fig2(settings: dict = FIG2, *, progress: bool = False) -> dict:
-    """Train every Fig. 2 model on every seed; per-seed test MSE, curves and the plateau test."""
-    s = dict(settings)
-    t0 = time.perf_counter()
-    runs = toy.run_multihop_experiments(toy.TOY_MODELS, s["seeds"], optimizer=optimizer(s),
-                                        n_steps=s["n_steps"], batch=s["batch"], n_nodes=s["n_nodes"], d=s["d"],
-                                        d_k=s["d_k"], rank=s["rank"], strength=s["strength"], progress=progress)
-    out = dict(settings=s, **_provenance(), seconds=time.perf_counter() - t0, models={})
-    for m, r in runs.items():
-        out["models"][m] = dict(final=np.asarray(r.final).tolist(), curve=_blocks(r.curve),
-                                plateau=plateau(r.curve))
+def _fig2_replay(s, cell):
+    short = _fig2_run(s, cell["seed"], REPLAY_STEPS)
+    return dict(loss={m: np.asarray(r.curve)[0] for m, r in short.items()},
+                final={m: float(np.asarray(r.final)[0]) for m, r in short.items()})
+
+
+def _fig2_cell(s, cell, progress):
+    runs = _fig2_run(s, cell["seed"], s["n_steps"], progress)
+    trace = _fig2_replay(s, cell)
+    trace["loss"] = {m: np.asarray(r.curve)[0, :REPLAY_STEPS] for m, r in runs.items()}  # the full run's own
+    result = {m: dict(final=float(np.asarray(r.final)[0]), blocks=_block_means(np.asarray(r.curve)[0]))
+              for m, r in runs.items()}
+    return dict(result=result, trace=trace)
+
+
+# The plateau criterion on the stored block means equals the one on the steps: a tenth of the run is
+# exactly 10 of the 100 equal blocks, and a mean of block means of equal size is the mean of the steps.
+
+def fig2_summary(doc: dict) -> dict:
+    """A stored ``structural_fig2`` document as ``{model: {final: (seeds,), curve, plateau}}`` (seeds in order)."""
+    cells = [doc["cells"][store.cell_key(dict(seed=s))]["result"] for s in doc["settings"]["seeds"]]
+    out = {}
+    for m in toy.TOY_MODELS:
+        blocks = np.asarray([c[m]["blocks"] for c in cells])
+        out[m] = dict(final=np.asarray([c[m]["final"] for c in cells]),
+                      curve=_curve(blocks, doc["settings"]["n_steps"]), plateau=plateau(blocks))
     return out
 
 
-def fig3(settings: dict = FIG3, *, progress: bool = False) -> dict:
-    r"""Train self and expanding attention at every ``d`` and ``p``; test MSE, window statistics and
-    the operation counts measured at each ``d`` (ops of the tightest cap over self-attention's)."""
-    s = dict(settings)
+# --- Fig. 3: one cell per (d, model), every p and seed vmapped in it ------------------------------------------
+
+def _fig3_run(s, d, model, n_steps, progress=False):
+    return toy.run_expanding_experiment(model, s["seeds"], s["ps"], optimizer=optimizer(s), n_steps=n_steps,
+                                        batch=s["batch"], n=s["n"], d=d, d_k=d, rank=d // 2,
+                                        strength=s["strength"], max_steps=s["max_steps"], progress=progress)
+
+
+def _fig3_replay(s, cell):
+    short, _ = _fig3_run(s, cell["d"], cell["model"], REPLAY_STEPS)
+    return dict(loss=np.asarray(short.curve), final=np.asarray(short.final))
+
+
+def _fig3_cell(s, cell, progress):
     _validate.count("n", s["n"], 3)
-    t0 = time.perf_counter()
-    out = dict(settings=s, **_provenance(), by_d={})
-    n_keys = s["n"] - 1
+    d, m = cell["d"], cell["model"]
+    run, stats = _fig3_run(s, d, m, s["n_steps"], progress)
+    trace = _fig3_replay(s, cell)
+    trace["loss"] = np.asarray(run.curve)[..., :REPLAY_STEPS]
+    res = dict(final=np.asarray(run.final), blocks=_block_means(run.curve))
+    if stats is not None:
+        st = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
+        res["stats"] = st
+        ideal = d * st["max_window"] + st["reweight"] + st["window"]  # (len(ps), seeds)
+        res["ops_ratio"] = ideal / expanding.self_attention_ops(s["n"] - 1, d, 1)
+    return dict(result=res, trace=trace)
+
+
+def fig3_summary(doc: dict) -> dict:
+    """A stored ``structural_fig3`` document as ``{d: {model: {final (ps, seeds), curve, plateau, stats,
+    ops_ratio}}}`` with string keys ``d``, as the chapter reads it."""
+    s = doc["settings"]
+    out = {}
     for d in s["ds"]:
-        res = {}
+        out[str(d)] = {}
         for m in ("self", "expanding"):
-            run, stats = toy.run_expanding_experiment(
-                m, s["seeds"], s["ps"], optimizer=optimizer(s), n_steps=s["n_steps"],
-                batch=s["batch"], n=s["n"], d=d, d_k=d, rank=d // 2, strength=s["strength"],
-                max_steps=s["max_steps"], progress=progress)
-            res[m] = dict(final=np.asarray(run.final).tolist(), curve=_blocks(run.curve),
-                          plateau=plateau(run.curve))
-            if stats is not None:
-                st = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
-                res[m]["stats"] = {k: v.tolist() for k, v in st.items()}
-                ideal = d * st["max_window"] + st["reweight"] + st["window"]  # (len(ps), seeds)
-                res[m]["ops_ratio"] = (ideal / expanding.self_attention_ops(n_keys, d, 1)).tolist()
-        out["by_d"][str(d)] = res
-    out["seconds"] = time.perf_counter() - t0
+            r = doc["cells"][store.cell_key(dict(d=d, model=m))]["result"]
+            blocks = np.asarray(r["blocks"])
+            out[str(d)][m] = dict(final=r["final"], curve=_curve(blocks, s["n_steps"]),
+                                  plateau=plateau(blocks))
+            for k in ("stats", "ops_ratio"):
+                if k in r:
+                    out[str(d)][m][k] = r[k]
     return out
 
 
-def authors(settings: dict = AUTHORS) -> dict:
-    """The authors' Fig. 2 task for every model and seed: test MSE, weight on each token kind and the
-    recorded training loss (every ``record_every`` steps), per seed; same tasks and data for every model."""
-    s = dict(settings)
-    t0 = time.perf_counter()
-    out = dict(settings=s, **_provenance(), models={})
-    for m in s["models"]:
-        runs = authors_multihop.run_seeds(s["seeds"], model=m, n_steps=s["n_steps"], batch=s["batch"], lr=s["lr"],
-                                          weight_decay=s["weight_decay"], record_every=s["record_every"],
-                                          target=s["target"])
-        out["models"][m] = [{k: r[k] for k in ("test_mse", "test_nmse", "var_y", "weights", "recorded_steps",
-                                                "recorded_loss")} for r in runs]
-    out["seconds"] = time.perf_counter() - t0
-    return out
+# --- The authors' Fig. 2 task: one cell per (model, seed) ----------------------------------------------------
+
+def _authors_run(s, model, seed, n_steps):
+    return authors_multihop.run_seeds([seed], model=model, n_steps=n_steps, batch=s["batch"], lr=s["lr"],
+                                      weight_decay=s["weight_decay"], record_every=1, target=s["target"])[0]
 
 
-def main(argv=None) -> None:
-    """Command line: ``--out DIR`` (default ``book/data``), ``--only fig2|fig3|authors``, ``--progress``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default="book/data")
-    parser.add_argument("--only", choices=("fig2", "fig3", "authors"))
-    parser.add_argument("--progress", action="store_true")
-    args = parser.parse_args(argv)
-    jax.config.update("jax_enable_x64", True)
-    out = pathlib.Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for name, fn in (("fig2", fig2), ("fig3", fig3), ("authors", authors)):
-        if args.only in (None, name):
-            result = fn() if name == "authors" else fn(progress=args.progress)
-            (out / f"structural_{name}.json").write_text(json.dumps(result, indent=1) + "\n")
-            print(f"{name}: {result['seconds']:.0f} s -> {out / f'structural_{name}.json'}")
+def _authors_replay(s, cell):
+    r = _authors_run(s, cell["model"], cell["seed"], REPLAY_STEPS)
+    return dict(loss=r["recorded_loss"], test_mse=r["test_mse"])
 
 
-if __name__ == "__main__":
-    main()
+def _authors_cell(s, cell, progress):
+    r = _authors_run(s, cell["model"], cell["seed"], s["n_steps"])
+    trace = _authors_replay(s, cell)
+    trace["loss"] = r["recorded_loss"][:REPLAY_STEPS]
+    every = s["record_every"]
+    result = {k: r[k] for k in ("test_mse", "test_nmse", "var_y", "weights")}
+    result["recorded_steps"] = r["recorded_steps"][::every]
+    result["recorded_loss"] = r["recorded_loss"][::every]
+    return dict(result=result, trace=trace)
+
+
+def authors_summary(doc: dict) -> dict:
+    """A stored ``structural_authors`` document as ``{model: [per-seed result dicts]}`` (seeds in order)."""
+    s = doc["settings"]
+    return {m: [doc["cells"][store.cell_key(dict(model=m, seed=seed))]["result"] for seed in s["seeds"]]
+            for m in s["models"]}
+
+
+_CH = "09_new_attention_designs"
+EXPERIMENTS = [
+    store.Experiment("structural_fig2", _CH, FIG2, lambda s: [dict(seed=k) for k in s["seeds"]], _fig2_cell,
+                     _fig2_replay, _RTOL, _ATOL, _REASON),
+    store.Experiment("structural_fig3", _CH, FIG3,
+                     lambda s: [dict(d=d, model=m) for d in s["ds"] for m in ("self", "expanding")], _fig3_cell,
+                     _fig3_replay, _RTOL, _ATOL, _REASON),
+    store.Experiment("structural_authors", _CH, AUTHORS,
+                     lambda s: [dict(model=m, seed=k) for m in s["models"] for k in s["seeds"]], _authors_cell,
+                     _authors_replay, _RTOL, _ATOL, _REASON),
+]
