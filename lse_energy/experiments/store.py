@@ -28,6 +28,7 @@ experiment to rerun; a refactor that leaves results alone passes.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime
 import importlib
@@ -96,6 +97,19 @@ def registry() -> dict[str, Experiment]:
                 raise ValueError(f"experiment {exp.name!r} is registered twice")
             found[exp.name] = exp
     return found
+
+
+@contextlib.contextmanager
+def _precision(x64: bool):
+    """Run the block with ``jax_enable_x64 = x64`` and restore the previous setting after it."""
+    import jax
+
+    before = bool(jax.config.jax_enable_x64)
+    jax.config.update("jax_enable_x64", bool(x64))
+    try:
+        yield
+    finally:
+        jax.config.update("jax_enable_x64", before)
 
 
 def _jsonable(obj):
@@ -178,7 +192,8 @@ def replay_mismatch(exp: Experiment, stored: dict, cell: Mapping | None = None) 
         return f"{exp.name}: no stored cell to replay"
     key = cell_key(cell) if cell is not None else next(iter(cells))
     entry = cells[key]
-    fresh = _jsonable(exp.replay(dict(stored["settings"]), dict(entry["cell"])))
+    with _precision(exp.x64):
+        fresh = _jsonable(exp.replay(dict(stored["settings"]), dict(entry["cell"])))
     why = _compare(entry["trace"], fresh, exp.replay_rtol, exp.replay_atol)
     if why is None:
         return None
@@ -200,9 +215,11 @@ def run(exp: Experiment, out_dir, *, settings: Mapping | None = None, progress: 
     reads only a file whose settings equal the registered ones). Stored cells
     are reused only if the stored settings are these and one of them replays.
     """
-    import jax
+    with _precision(exp.x64):
+        return _run(exp, out_dir, settings, progress, log)
 
-    jax.config.update("jax_enable_x64", bool(exp.x64))
+
+def _run(exp, out_dir, settings, progress, log):
     s = _jsonable(dict(exp.settings if settings is None else settings))
     path = pathlib.Path(out_dir) / f"{exp.name}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
