@@ -138,20 +138,31 @@ def _fig2_cell(s, cell, progress):
     trace["loss"] = {m: np.asarray(r.curve)[0, :REPLAY_STEPS] for m, r in runs.items()}  # the full run's own
     result = {m: dict(final=float(np.asarray(r.final)[0]), blocks=_block_means(np.asarray(r.curve)[0]))
               for m, r in runs.items()}
+    for m in _FIG2_PARAMS:  # the trained heads the chapter reads its attention masses from
+        result[m]["params"] = {k: np.asarray(v)[0] for k, v in runs[m].params._asdict().items()}
     return dict(result=result, trace=trace)
 
 
 # The plateau criterion on the stored block means equals the one on the steps: a tenth of the run is
 # exactly 10 of the 100 equal blocks, and a mean of block means of equal size is the mean of the steps.
 
+#: Models of Fig. 2 whose trained parameters are stored (single heads, ``d * (2 d_k + 1)`` numbers a seed).
+_FIG2_PARAMS = ("one_layer", "multihop_paper")
+#: Fig. 3 stores the trained parameters of cells with ``d`` at most this (those the chapter reads).
+_FIG3_PARAMS_MAX_D = 10
+
+
 def fig2_summary(doc: dict) -> dict:
-    """A stored ``structural_fig2`` document as ``{model: {final: (seeds,), curve, plateau}}`` (seeds in order)."""
+    """A stored ``structural_fig2`` document as ``{model: {final: (seeds,), curve, plateau}}`` (seeds in order),
+    with ``params`` (arrays with a leading seed axis) for the models in ``_FIG2_PARAMS``."""
     cells = [doc["cells"][store.cell_key(dict(seed=s))]["result"] for s in doc["settings"]["seeds"]]
     out = {}
     for m in toy.TOY_MODELS:
         blocks = np.asarray([c[m]["blocks"] for c in cells])
         out[m] = dict(final=np.asarray([c[m]["final"] for c in cells]),
                       curve=_curve(blocks, doc["settings"]["n_steps"]), plateau=plateau(blocks))
+        if m in _FIG2_PARAMS:
+            out[m]["params"] = {k: np.asarray([c[m]["params"][k] for c in cells]) for k in ("wq", "wk", "wv")}
     return out
 
 
@@ -175,6 +186,8 @@ def _fig3_cell(s, cell, progress):
     trace = _fig3_replay(s, cell)
     trace["loss"] = np.asarray(run.curve)[..., :REPLAY_STEPS]
     res = dict(final=np.asarray(run.final), blocks=_block_means(run.curve))
+    if d <= _FIG3_PARAMS_MAX_D:  # (len(ps), seeds, ...) trained heads
+        res["params"] = {k: np.asarray(v) for k, v in run.params._asdict().items()}
     if stats is not None:
         st = {k: np.asarray(v, dtype=float) for k, v in stats.items()}
         res["stats"] = st
@@ -185,7 +198,8 @@ def _fig3_cell(s, cell, progress):
 
 def fig3_summary(doc: dict) -> dict:
     """A stored ``structural_fig3`` document as ``{d: {model: {final (ps, seeds), curve, plateau, stats,
-    ops_ratio}}}`` with string keys ``d``, as the chapter reads it."""
+    ops_ratio, params}}}`` with string keys ``d``, as the chapter reads it (``params`` only where
+    ``d <= _FIG3_PARAMS_MAX_D``: ``{wq, wk, wv}`` lists with leading axes ``(ps, seeds)``)."""
     s = doc["settings"]
     out = {}
     for d in s["ds"]:
@@ -195,7 +209,7 @@ def fig3_summary(doc: dict) -> dict:
             blocks = np.asarray(r["blocks"])
             out[str(d)][m] = dict(final=r["final"], curve=_curve(blocks, s["n_steps"]),
                                   plateau=plateau(blocks))
-            for k in ("stats", "ops_ratio"):
+            for k in ("stats", "ops_ratio", "params"):
                 if k in r:
                     out[str(d)][m][k] = r[k]
     return out
