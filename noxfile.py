@@ -1,6 +1,6 @@
 """Sessions: `nox -s book` renders the book, `nox -s tests` runs every test, `nox -s portability`
 re-runs the notebooks as on older CPUs, `nox -s bench` times the peers, `nox -s experiments` runs
-the full-size experiments the chapters plot from book/data/."""
+the full-size experiments the chapters plot from book/data/, `nox -s timings` times every chapter."""
 
 import os
 import pathlib
@@ -95,10 +95,24 @@ def portability(session):
 
 @nox.session
 def experiments(session):
-    """Full-size runs too heavy for a live chapter; results (JSON with settings and commit) go to book/data/."""
+    """Every registered full-size run (lse_energy.experiments.store) into book/data/, resuming what is stored.
+
+    `nox -s experiments -- --only NAME ...` runs a subset, `-- --list` lists them. A progress bar shows
+    the cells and, inside each, the optimizer steps."""
     session.install("-e", ".[book,test]")
-    session.run("python", "-m", "lse_energy.experiments.full_runs", "--out", "book/data", *session.posargs,
+    session.run("python", "-m", "lse_energy.experiments", "--out", "book/data", "--progress", *session.posargs,
                 env=ENV)
+
+
+@nox.session
+def timings(session):
+    """Every chapter executed as a reader runs it, timed: with XLA's defaults, then with the fast-compile flags."""
+    session.install("-e", ".[book,test]")
+    env = _kernel_env(session)
+    session.run("python", "benchmarks/chapter_times.py", "--out", "_build/chapter_times_default.json",
+                *session.posargs, env=env)
+    session.run("python", "benchmarks/chapter_times.py", "--out", "_build/chapter_times_fast.json",
+                *session.posargs, env={**env, **FAST_COMPILE})
 
 
 @nox.session
