@@ -148,3 +148,21 @@ def test_monotone_inner_ascent():
         plain = inner_maximize(p, x, eps, key=key, step_size=step, n_steps=10, monotone=False, box=(0.0, 1.0))
         plain_decreases += int(np.any(np.diff(np.asarray(plain.losses), axis=0) < 0))
     assert plain_decreases > 0
+
+
+def test_paired_interval_of_the_stored_run_is_students_t():
+    """``adversarial_digits.mean_interval``, which decides the chapter's paired verdicts, against
+    scipy's one-sample t-test confidence interval on 100 random samples (and its bad input)."""
+    import pytest
+    from scipy.stats import ttest_1samp
+
+    from lse_energy.experiments import adversarial_digits as ad
+
+    rng = np.random.default_rng(19)
+    for _ in range(N_INSTANCES):
+        v = rng.normal(rng.normal(), rng.uniform(0.01, 2.0), size=rng.integers(2, 30))
+        m, lo, hi = ad.mean_interval(v)
+        ci = ttest_1samp(v, 0.0).confidence_interval(0.95)
+        np.testing.assert_allclose([m, lo, hi], [v.mean(), ci.low, ci.high], rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match="at least 2"):
+        ad.mean_interval([1.0])

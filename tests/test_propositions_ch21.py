@@ -152,3 +152,23 @@ def test_minimax_generator_gradient_saturates():
     a = jnp.asarray([2.0])
     assert abs(float(gan.grad_generator_loss_logits(a, "minimax")[0])) > abs(
         float(gan.grad_generator_loss_logits(a, "non_saturating")[0]))
+
+
+def test_rate_interval_is_clopper_pearson():
+    """``gan_ring.rate_interval``, which states the chapter's coverage rate, against scipy's exact
+    binomial interval on 100 random (k, n), the edges k = 0 and k = n included (and bad input)."""
+    import pytest
+    from scipy.stats import binomtest
+
+    from lse_energy.experiments import gan_ring
+
+    rng = np.random.default_rng(21)
+    cases = [(0, 40), (40, 40), (1, 1)] + [(int(k), int(n)) for n in rng.integers(1, 200, 97)
+                                            for k in [rng.integers(0, n + 1)]]
+    for k, n in cases:
+        r, lo, hi = gan_ring.rate_interval(k, n)
+        ci = binomtest(k, n).proportion_ci(0.95, method="exact")
+        np.testing.assert_allclose([r, lo, hi], [k / n, ci.low, ci.high], rtol=1e-9, atol=1e-12)
+    for bad in ((3, 2), (-1, 5), (1.5, 4)):
+        with pytest.raises(ValueError, match="integers"):
+            gan_ring.rate_interval(*bad)

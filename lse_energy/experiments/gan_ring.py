@@ -23,9 +23,9 @@ chunk, and ``keep_samples`` of the final samples (rounded to 1e-4, for plots).
 about 0.32 wide (at a rate of 1/2; 0.09 at a rate of 0 or 1); 6000 steps, a
 little more than the 5000 the chapter announced as its full size: in a pilot
 (seeds 0-2 to 10 000 steps, not stored) every seed covered all modes by step
-2000 and the high-quality fraction levelled off around step 6000. A seed takes
-about 10 s of CPU once compiled, the run a few minutes on two cores. Settings
-fixed before the run.
+2000 and the high-quality fraction levelled off around step 6000. Settings
+fixed before the run. The stored run took 870 s of cell time on two cores
+shared with other jobs (load 10-19).
 
 **Replay trace.** The first :data:`REPLAY_STEPS` discriminator and generator
 losses of the full run's first chunk, next to those of a run stopped after
