@@ -132,7 +132,7 @@ def lock(session):
     session.run(
         "uv", "pip", "compile", "pyproject.toml", "--extra", "book", "--extra", "test",
         "--universal", "--python-version", "3.11", "--fork-strategy", "fewest",
-        "--custom-compile-command", "nox -s lock", "-o", LOCK,
+        "--custom-compile-command", "nox -s lock", "--quiet", "-o", LOCK,
         *(session.posargs or ["--upgrade"]),
     )
     session.run("python", "requirements/locktools.py", "environment")
