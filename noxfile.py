@@ -1,6 +1,10 @@
 """Sessions: `nox -s book` renders the book, `nox -s tests` runs every test, `nox -s portability`
 re-runs the notebooks as on older CPUs, `nox -s bench` times the peers, `nox -s experiments` runs
-the full-size experiments the chapters plot from book/data/, `nox -s timings` times every chapter."""
+the full-size experiments the chapters plot from book/data/, `nox -s timings` times every chapter.
+
+Every session but `tests-latest` installs the exact versions of requirements/lock.txt, then the
+package itself without dependencies; `nox -s lock` regenerates that lock (and environment.yml,
+Binder's copy of it); `nox -s tests-latest` runs the tests on the newest versions instead."""
 
 import os
 import pathlib
@@ -11,6 +15,9 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests"]
 
 ROOT = pathlib.Path(__file__).parent
+# The one source of truth for versions: every package of the book and test extras at one exact
+# version, the same on CPython 3.11, 3.12 and 3.13 (a universal resolution; see `lock`).
+LOCK = "requirements/lock.txt"
 # CPU only: a GPU probe would print to stderr, which strict nbval reads as a diff.
 ENV = {"JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 # The tests and the book compile a few thousand small XLA programs and run most of
@@ -22,6 +29,14 @@ ENV = {"JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 # its own kernel (it measures speed), and the benchmarks (`nox -s bench`) and
 # readers running the notebooks use XLA's defaults.
 FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"}
+
+
+def _install_locked(session):
+    """The locked versions, then the package itself (editable, no dependencies: they are all locked)."""
+    session.install("-r", LOCK)
+    session.install("--no-deps", "-e", ".")
+    # A reused environment may hold other versions from before: fail rather than test those.
+    session.run_install("python", "requirements/locktools.py", "check")
 
 
 def _kernel_env(session):
@@ -42,7 +57,7 @@ def _kernel_env(session):
 @nox.session
 def book(session):
     """Execute every chapter and render the HTML book into _build/html."""
-    session.install("-e", ".[book]")
+    _install_locked(session)
     session.run(
         "jupyter-book",
         "build",
@@ -65,10 +80,7 @@ WORKERS = ["-n", os.environ.get("LSE_TEST_WORKERS", "2"), "--dist", "loadfile"]
 PORTABILITY_ISAS = ("SSE4_2", "AVX")
 
 
-@nox.session
-def tests(session):
-    """Package tests, then every notebook under strict nbval (2 workers)."""
-    session.install("-e", ".[book,test]")
+def _pytest_everything(session):
     session.run(
         "pytest",
         # Notebooks first: they are the longest items, so with --dist loadfile the short
@@ -83,9 +95,53 @@ def tests(session):
 
 
 @nox.session
+def tests(session):
+    """Package tests, then every notebook under strict nbval (2 workers)."""
+    _install_locked(session)
+    _pytest_everything(session)
+
+
+@nox.session(name="tests-latest")
+def tests_latest(session):
+    """The tests of `tests` on the newest versions this Python allows (no lock): what a new release changes.
+
+    Not part of CI (.ci/run): a failure here is news about a release, not about a commit. The
+    versions that differ from the lock are printed first.
+    """
+    session.install("--upgrade", "--upgrade-strategy", "eager", "-e", ".[book,test]")
+    session.run("python", "-m", "pip", "freeze", "--exclude-editable")
+    session.run("python", "requirements/locktools.py", "diff")
+    _pytest_everything(session)
+
+
+# uv writes the lock; pinned so that a regenerated lock differs only where the versions do.
+UV = "uv==0.13.9"
+
+
+@nox.session
+def lock(session):
+    """Regenerate requirements/lock.txt (newest versions, one per package for CPython 3.11-3.13) and environment.yml.
+
+    A universal resolution (`--universal`: markers instead of one lock per platform) with
+    `--fork-strategy fewest`, which picks one version of each package for every Python >= 3.11
+    where one exists instead of the newest for each Python; jax >= 0.11 needs Python >= 3.12,
+    so this holds jax at the newest release that also runs on 3.11. Extra arguments go to uv,
+    e.g. `nox -s lock -- --upgrade-package optax` (the default upgrades everything).
+    """
+    session.install(UV)
+    session.run(
+        "uv", "pip", "compile", "pyproject.toml", "--extra", "book", "--extra", "test",
+        "--universal", "--python-version", "3.11", "--fork-strategy", "fewest",
+        "--custom-compile-command", "nox -s lock", "--quiet", "-o", LOCK,
+        *(session.posargs or ["--upgrade"]),
+    )
+    session.run("python", "requirements/locktools.py", "environment")
+
+
+@nox.session
 def portability(session):
     """Every notebook under strict nbval as if on older CPUs (XLA's SSE4.2, then AVX, code paths)."""
-    session.install("-e", ".[book,test]")
+    _install_locked(session)
     for isa in PORTABILITY_ISAS:
         session.log(f"strict nbval with --xla_cpu_max_isa={isa}")
         flags = f"{FAST_COMPILE['XLA_FLAGS']} --xla_cpu_max_isa={isa}"
@@ -99,7 +155,7 @@ def experiments(session):
 
     `nox -s experiments -- --only NAME ...` runs a subset, `-- --list` lists them. A progress bar shows
     the cells and, inside each, the optimizer steps."""
-    session.install("-e", ".[book,test]")
+    _install_locked(session)
     session.run("python", "-m", "lse_energy.experiments", "--out", "book/data", "--progress", *session.posargs,
                 env=ENV)
 
@@ -107,7 +163,7 @@ def experiments(session):
 @nox.session
 def timings(session):
     """Every chapter executed as a reader runs it, timed: with XLA's defaults, then with the fast-compile flags."""
-    session.install("-e", ".[book,test]")
+    _install_locked(session)
     env = _kernel_env(session)
     session.run("python", "benchmarks/chapter_times.py", "--out", "_build/chapter_times_default.json",
                 *session.posargs, env=env)
@@ -118,5 +174,5 @@ def timings(session):
 @nox.session
 def bench(session):
     """Benchmarks against scikit-learn (and PyTorch, if installed): one table, also in _build/bench.json."""
-    session.install("-e", ".[book,test]")
+    _install_locked(session)
     session.run("python", "benchmarks/run.py", *session.posargs, env=ENV)

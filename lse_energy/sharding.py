@@ -37,6 +37,24 @@ makes a one-axis mesh over all (or the first ``n``) devices:
   :func:`jax.make_array_from_process_local_data`. Every process gets the same,
   replicated result, as a process-local array.
 
+Inputs and outputs (the contract that lets a loop feed each result back in):
+
+* **rows** (``x``, ``queries``): process-local, as NumPy or as a
+  :class:`jax.Array` on any of this process's devices, committed or not. A
+  global array spanning several processes raises ``ValueError``.
+* **replicated inputs** (``params``, ``memories``): the same value on every
+  process, in any of three forms: NumPy; a process-local :class:`jax.Array`,
+  committed to any device or not (e.g. the previous call's result, or the
+  output of :func:`jax.experimental.multihost_utils.broadcast_one_to_all`); or
+  a global array that is fully replicated. Each call places them replicated
+  on ``mesh`` itself; with several processes it also checks that every
+  process passed the same values (``ValueError`` on every process if not:
+  compute them on one process and broadcast them).
+* **results**: uncommitted process-local arrays (on the default device), so
+  they may be passed to the next call, to any other function, or to NumPy.
+  With one process, :func:`sharded_em_step` returns the parameters replicated
+  on ``mesh`` (committed to its devices), which the next call also accepts.
+
 Data larger than memory. :func:`sharded_fit` reads a NumPy memmap (or any
 array-like that is not in memory, see :func:`lse_energy.gmm.fit`) in row
 chunks, each chunk sharded over the mesh, once per EM iteration; with several
@@ -100,11 +118,52 @@ def _agree(error: Exception | None) -> None:
 
 
 def _local(tree):
-    """A replicated result as process-local arrays (``np.asarray`` of a multi-process array would fail)."""
+    """A replicated result as uncommitted process-local arrays, valid input to any later call.
+
+    (``addressable_data(0)`` alone would stay committed to one device, which the next jitted
+    call could not mix with the global mesh: "Received incompatible devices".)
+    """
     def local(a):
-        return a.addressable_data(0) if isinstance(a, jax.Array) and not a.is_fully_addressable else a
+        if isinstance(a, jax.Array) and not a.is_fully_addressable:
+            return jnp.asarray(np.asarray(a.addressable_data(0)))
+        return a
 
     return jax.tree.map(local, tree)
+
+
+def _host(name: str, a) -> np.ndarray:
+    """A replicated input's value on this process, as NumPy, from any of the forms the module docstring lists."""
+    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+        if not a.sharding.is_fully_replicated:
+            raise ValueError(f"{name} must be replicated (the same on every process); got a global array "
+                             f"sharded as {a.sharding}")
+        a = a.addressable_data(0)
+    return np.asarray(a)
+
+
+def _rows_host(name: str, a):
+    """This process's rows: a global array spanning processes raises (the rows are each process's own)."""
+    if isinstance(a, jax.Array) and not a.is_fully_addressable:
+        raise ValueError(f"{name} must be this process's own rows (NumPy or a process-local array); got a global "
+                         f"array over {len(a.sharding.device_set)} devices of several processes")
+    return a
+
+
+def _replicate(name: str, tree, mesh: Mesh):
+    """Every leaf of ``tree`` replicated on ``mesh``; with several processes, checked equal on every process."""
+    sharding = NamedSharding(mesh, P())
+    if not _multiprocess():
+        return jax.device_put(tree, sharding)
+    leaves, treedef = jax.tree.flatten(tree)
+    host = [_host(name, a) for a in leaves]
+    flat = np.concatenate([h.astype(np.float64).ravel() for h in host])
+    sizes = _allgather(np.int64(flat.size)).reshape(-1)
+    # every process sees every process's values, so all reach the same verdict (none waits in a collective);
+    # the tolerance forgives only last-bit differences, as between hosts that computed the same thing
+    if sizes.min() != sizes.max() or not np.allclose(_allgather(flat), flat[None], rtol=1e-12, atol=0.0):
+        raise ValueError(f"{name} must be the same on every process; it differs between processes (compute it on "
+                         "one process and broadcast it, e.g. jax.experimental.multihost_utils.broadcast_one_to_all)")
+    return jax.tree.unflatten(treedef, [jax.make_array_from_process_local_data(sharding, h, h.shape) for h in host])
 
 
 def _local_device_count(mesh: Mesh) -> int:
@@ -244,40 +303,44 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
     (:func:`lse_energy.gmm.m_step`). The result is replicated.
 
     Args:
-      params: :class:`lse_energy.gmm.Params`.
+      params: :class:`lse_energy.gmm.Params`; a replicated input (see the
+        module docstring): NumPy, a process-local array committed to any
+        device or not (the previous call's result, :func:`sharded_fit`'s
+        ``params``, a broadcast), or a fully replicated global array. With
+        several processes, the same on every process (else ``ValueError``).
       x: ``(N, d)`` floating point (an integer or boolean array raises
         ``ValueError``) and finite; any ``N`` (rows are zero-padded to a
         multiple of the device count and masked out). With several processes,
-        this process's own rows (see the module docstring).
+        this process's own rows, process-local (see the module docstring).
       mesh: a one-axis :class:`~jax.sharding.Mesh` (e.g. :func:`data_mesh`).
       reg_covar: as in :func:`lse_energy.gmm.em_step`.
 
     Returns:
       The updated :class:`~lse_energy.gmm.Params`, equal to
-      ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order.
+      ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order,
+      and valid as the next call's ``params``: with several processes as
+      uncommitted process-local arrays, with one replicated on ``mesh``.
     """
-    params = gmm.check_params(params)
-    reg = _validate.nonnegative("reg_covar", reg_covar)
     if not _multiprocess():
+        params = gmm.check_params(params)
+        reg = _validate.nonnegative("reg_covar", reg_covar)
         x = _check_x(x, params.means.shape[1])
         N = x.shape[0]
         xs, valid = shard_rows(x, mesh)
+        params = _replicate("params", params, mesh)
         return _sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), N, mesh)
-    x = _process_rows_checked(x, params.means.shape[1])
-    layout = _ProcessRows(x.shape[0], mesh)
-    xs, valid = layout.place(x, mesh)
-    return _local(_sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), layout.n, mesh))
-
-
-def _process_rows_checked(x, d=None) -> np.ndarray:
-    """This process's rows, validated, as NumPy; every process raises if any process's rows are invalid."""
     error = None
-    try:
-        x = np.asarray(_check_x(x, d))
+    try:  # invalid arguments on any process raise on every process (none waits in a collective)
+        params = gmm.check_params(jax.tree.map(partial(_host, "params"), params))
+        reg = _validate.nonnegative("reg_covar", reg_covar)
+        x = np.asarray(_check_x(_rows_host("x", x), params.means.shape[1]))
     except ValueError as e:
         error = e
     _agree(error)
-    return x
+    params = _replicate("params", params, mesh)
+    layout = _ProcessRows(x.shape[0], mesh)
+    xs, valid = layout.place(x, mesh)
+    return _local(_sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), layout.n, mesh))
 
 
 def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, tol: float = 1e-6,
@@ -294,13 +357,15 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
         ``ValueError``) and finite. A NumPy memmap (or other array-like not in
         memory) is streamed in chunks of ``chunk_rows`` rows, as in
         :func:`lse_energy.gmm.fit`. With several processes, this process's
-        own rows (in memory or streamed).
+        own rows (in memory, process-local, or streamed).
       n_components: ``K >= 1``.
       mesh: a one-axis :class:`~jax.sharding.Mesh`.
       key, max_iter, tol, reg_covar, chunk_rows: as in :func:`lse_energy.gmm.fit`.
 
     Returns:
-      :class:`~lse_energy.core.FitResult` as :func:`lse_energy.gmm.fit`.
+      :class:`~lse_energy.core.FitResult` as :func:`lse_energy.gmm.fit`; with
+      several processes its arrays are uncommitted and process-local, so
+      ``params`` may start :func:`sharded_em_step`.
 
     Raises:
       ValueError: as :func:`lse_energy.gmm.fit`, also when a covariance stops
@@ -324,7 +389,7 @@ def _sharded_stream(x, mesh: Mesh, chunk_rows) -> _rows.Stream:
     error, rows = None, None
     try:
         if not _rows.is_streamed(x):
-            x = np.asarray(_check_x(x))  # in memory: validated whole
+            x = np.asarray(_check_x(_rows_host("x", x)))  # in memory: validated whole
         rows = _rows.RowChunks("x", x, chunk_rows)
     except ValueError as e:
         error = e
@@ -376,15 +441,23 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
     The memories are replicated; each device iterates the update on its own
     queries. No communication is needed, so the result equals the
     single-device one. With several processes, ``queries`` are this
-    process's own (the memories the same on every process), and every
+    process's own rows, process-local, and ``memories`` and ``beta`` are
+    replicated inputs, the same on every process (else ``ValueError``) in
+    any form the module docstring lists (NumPy, a process-local array
+    committed to any device or not, a fully replicated global array); every
     process gets the results of all processes' queries, in process order.
 
     Returns:
       As :func:`lse_energy.hopfield.retrieve`: ``(N, d)`` final states and,
       with ``return_energy``, the ``(n_steps + 1, N)`` per-query energies.
+      With several processes these are uncommitted process-local arrays: a
+      loop passes its own rows of the states (``states[offset:offset + n]``)
+      back as the next call's ``queries``, or the states as ``memories``.
     """
     error = None
     try:
+        if _multiprocess():
+            memories, queries = _host("memories", memories), _rows_host("queries", queries)
         memories = _validate.points("memories", memories)
         queries = _validate.points("queries", queries, memories.shape[1], ref="memories")
         _validate.beta(beta)
@@ -396,7 +469,7 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
     elif error is not None:
         raise error
     axis = _axis(mesh)
-    beta = jnp.asarray(beta, dtype=memories.dtype)
+    memories, beta = _replicate("memories and beta", (memories, jnp.asarray(beta, dtype=memories.dtype)), mesh)
     N = queries.shape[0]
     layout = None
     if _multiprocess():

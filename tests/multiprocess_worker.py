@@ -3,7 +3,8 @@
 Both processes build the same global data from one seed and each passes only its own rows
 (process 0 the first N0, process 1 the rest: unequal counts, so the padding is exercised) to
 the sharded functions. Each saves what it got to OUT_DIR/process{ID}.npz; the test compares
-both with the single-process functions on all rows.
+both with the single-process functions on all rows. `hand_iterations` feeds each result back
+in as the next call's input, as a user's own loop would.
 """
 
 import os
@@ -15,6 +16,7 @@ import sys
 
 N, N0, D, K = 1001, 387, 3, 3
 MEMORIES, QUERIES, Q0 = 6, 9, 4
+ITERS = 3  # calls iterated by hand, each result the next call's input
 
 
 def data():
@@ -70,6 +72,8 @@ def main(pid: int, port: int, out: str) -> None:
                                                  return_energy=True)
     res["retrieve_states"], res["retrieve_energies"] = np.asarray(states), np.asarray(energies)
 
+    hand_iterations(res, pid, x, memories, queries, mine, qmine, mesh, fit.params)
+
     # invalid rows on one process: both processes raise (neither waits forever in a collective)
     bad = x[mine].copy()
     if pid == 1:
@@ -82,6 +86,67 @@ def main(pid: int, port: int, out: str) -> None:
 
     np.savez(os.path.join(out, f"process{pid}.npz"), **res)
     jax.distributed.shutdown()
+
+
+def broadcast_params(x0, pid):
+    """``gmm.init_params`` computed on process 0 from its own rows only, broadcast to every process."""
+    import jax
+    import numpy as np
+    from jax.experimental import multihost_utils
+
+    from lse_energy import gmm
+
+    if pid == 0:
+        p = gmm.init_params(x0, K, key=jax.random.key(5))
+    else:  # a placeholder of the same structure; its values are never used
+        p = gmm.Params(np.full(K, 1.0 / K), np.zeros((K, D)), np.tile(np.eye(D), (K, 1, 1)))
+    return multihost_utils.broadcast_one_to_all(p)
+
+
+def hand_iterations(res, pid, x, memories, queries, mine, qmine, mesh, fit_params):
+    """Feed every sharding function's output back in as its next input, by hand, ITERS times."""
+    import jax
+    import numpy as np
+    from jax.sharding import NamedSharding, PartitionSpec as P
+
+    from lse_energy import sharding
+
+    def save(prefix, p):
+        res.update({f"{prefix}_{f}": np.asarray(a) for f, a in zip(p._fields, p)})
+
+    p = params(x)
+    for i in range(ITERS):
+        p = sharding.sharded_em_step(p, x[mine], mesh)
+        save(f"loop{i}", p)
+
+    p = broadcast_params(x[:N0], pid)
+    save("bcast_init", p)
+    for i in range(ITERS):
+        p = sharding.sharded_em_step(p, x[mine], mesh, reg_covar=1e-6)
+    save("bcast", p)
+
+    # a fit's params, refined by a step
+    save("fit_then_step", sharding.sharded_em_step(fit_params, x[mine], mesh))
+
+    # retrieval: each process passes on its own queries of the last result, while the memories
+    # come as NumPy, committed to this process's second device, and as a replicated global array
+    local = jax.device_put(memories, jax.local_devices()[-1])
+    replicated = jax.make_array_from_process_local_data(NamedSharding(mesh, P()), memories, memories.shape)
+    states = queries[qmine]
+    for i, m in enumerate((memories, local, replicated)):
+        out = sharding.sharded_retrieve(m, states, mesh, beta=2.0, n_steps=2)
+        res[f"retr_loop{i}"] = np.asarray(out)
+        states = out[qmine]
+    out, energies = sharding.sharded_retrieve(local, states, mesh, beta=2.0, n_steps=2, return_energy=True)
+    res["retr_loop_last"], res["retr_loop_energies"] = np.asarray(out), np.asarray(energies)
+
+    # replicated inputs that differ between processes: both processes raise
+    mine_only = params(x)._replace(means=params(x).means + pid)
+    try:
+        sharding.sharded_em_step(mine_only, x[mine], mesh)
+        res["differ_error"] = ""
+    except ValueError as e:
+        res["differ_error"] = str(e)
 
 
 if __name__ == "__main__":

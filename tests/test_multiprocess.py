@@ -3,7 +3,11 @@
 ``tests/multiprocess_worker.py`` runs as two processes with two host devices each; process 0
 passes the first 387 of 1001 rows and process 1 the other 614. The sharded EM step, the sharded
 fit (in memory and streamed from each process's own memmap) and the sharded retrieval must equal
-the single-process functions on all rows to 1e-10, on both processes.
+the single-process functions on all rows to 1e-10, on both processes. So must the same functions
+iterated by hand, each result passed back in as the next call's input (``worker.ITERS`` times),
+with parameters from ``gmm.init_params`` on process 0 broadcast to both, a fit's parameters
+refined by a step, and memories passed as NumPy, committed to one device or replicated globally.
+Until issue 31 the second hand-fed ``sharded_em_step`` raised "Received incompatible devices".
 """
 
 import os
@@ -99,3 +103,53 @@ def test_sharded_retrieve_equals_single_process(results):
 def test_invalid_rows_on_one_process_raise_on_both(results):
     assert "x must be finite" in str(results[1]["invalid_error"])
     assert "process(es) [1]" in str(results[0]["invalid_error"])
+
+
+def test_sharded_em_step_iterated_by_hand(results):
+    x, _, _ = worker.data()
+    ref = worker.params(x)
+    for i in range(worker.ITERS):
+        ref = gmm.em_step(ref, x)
+        for r in results:
+            for f, a in zip(ref._fields, ref):
+                _close(r[f"loop{i}_{f}"], a)
+
+
+def test_params_from_process_zero_broadcast_then_iterated(results):
+    x, _, _ = worker.data()
+    ref = gmm.init_params(x[: worker.N0], worker.K, key=jax.random.key(5))  # process 0's rows only
+    for r in results:
+        for f, a in zip(ref._fields, ref):
+            _close(r[f"bcast_init_{f}"], a)
+    for _ in range(worker.ITERS):
+        ref = gmm.em_step(ref, x, reg_covar=1e-6)
+    for r in results:
+        for f, a in zip(ref._fields, ref):
+            _close(r[f"bcast_{f}"], a)
+
+
+def test_fit_params_refined_by_a_step(results):
+    x, _, _ = worker.data()
+    fit = gmm.fit(x, worker.K, key=jax.random.key(7), max_iter=25, tol=0.0)
+    ref = gmm.em_step(fit.params, x)
+    for r in results:
+        for f, a in zip(ref._fields, ref):
+            _close(r[f"fit_then_step_{f}"], a)
+
+
+def test_sharded_retrieve_iterated_by_hand(results):
+    _, memories, queries = worker.data()
+    states = queries
+    for i in range(worker.ITERS):  # memories as NumPy, committed to one device, replicated globally
+        states = hopfield.retrieve(memories, states, beta=2.0, n_steps=2)
+        for r in results:
+            _close(r[f"retr_loop{i}"], states)
+    states, energies = hopfield.retrieve(memories, states, beta=2.0, n_steps=2, return_energy=True)
+    for r in results:
+        _close(r["retr_loop_last"], states)
+        _close(r["retr_loop_energies"], energies)
+
+
+def test_replicated_inputs_that_differ_between_processes_raise_on_both(results):
+    for r in results:
+        assert "params must be the same on every process" in str(r["differ_error"])
