@@ -14,7 +14,8 @@ t-interval over seeds.
 Size, fixed before the run: 20 seeds (the house rule for a quantity that depends on the
 seed) and sizes up to 1024, so that the slopes can be fitted over :math:`N \ge 64`, away
 from the small populations whose errors are set by a handful of tuning curves. A cell
-is a few linear solves of at most 1024 unknowns: the whole run takes seconds.
+is a few linear solves of at most 1024 unknowns: about a second of CPU once compiled
+(the stored run took 198 s of cell time on 2 heavily shared cores, compiles included).
 
 The replay trace of a cell is its first two sizes (8 and 16 neurons) recomputed by the
 same function; the full run's values sit next to them.
