@@ -42,10 +42,11 @@ CHUNK = 50
 # operations changes, amplified over 50 epochs of 75 CD-1 steps. Sampling makes the trace discontinuous in
 # the parameters (a Bernoulli draw flips when its probability crosses the uniform), but a flip moves the
 # trace far outside any round-off tolerance, so it would show up as a failure, not as slack. Measured:
-# 0 natively, 1.3e-13 relative under SSE4.2, AVX and the fast-compile flags.
+# 0 natively, 1.3e-13 relative under SSE4.2, AVX and the fast-compile flags; a 1% larger learning
+# rate moves the trace by 9e-3 relative.
 _RTOL, _ATOL = 1e-9, 1e-12
 _REASON = ("float64 round-off of the identical first chunk compiled with other flags (measured 1.3e-13 "
-           "relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning rate moves it by >= 1e-4")
+           "relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning rate moves it by 9e-3, a threshold of 9 for 8 by 0.2")
 
 
 def binarised_digits(threshold: int) -> np.ndarray:
