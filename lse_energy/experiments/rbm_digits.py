@@ -46,7 +46,8 @@ CHUNK = 50
 # rate moves the trace by 9e-3 relative.
 _RTOL, _ATOL = 1e-9, 1e-12
 _REASON = ("float64 round-off of the identical first chunk compiled with other flags (measured 1.3e-13 "
-           "relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning rate moves it by 9e-3, a threshold of 9 for 8 by 0.2")
+           "relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning rate moves it by 9e-3, "
+           "a threshold of 9 for 8 by 0.2")
 
 
 def binarised_digits(threshold: int) -> np.ndarray:
