@@ -31,7 +31,7 @@ shared cores. The chapter runs one seed live at a reduced size.
 
 **Replay trace.** For both models, the 24 minibatch losses of the first epoch
 of the full run, next to the test cross-entropy (clean, and under PGD at
-``eps_trades``) of the same run stopped after that epoch (:func:`replay`).
+``eps_trades``) of the same run stopped after that epoch (``replay``).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def split(seed: int, n_train: int = 1200):
 
 @functools.lru_cache(maxsize=8)
 def optimizer(learning_rate: float) -> optax.GradientTransformation:
-    """Adam at ``learning_rate``; one object per rate, so :func:`adversarial.fit` compiles once."""
+    """Adam at ``learning_rate``; one object per rate, so :func:`lse_energy.adversarial.fit` compiles once."""
     return optax.adam(learning_rate)
 
 

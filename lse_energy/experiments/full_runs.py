@@ -46,7 +46,7 @@ AUTHORS = dict(seeds=list(range(10)), models=["standard", "multihop", "multihop_
 #: Largest change of the median training loss between the last two tenths of a run.
 PLATEAU_TOL = 0.02
 _BLOCKS = 100  # curves are stored as this many block means
-#: Length of the replay trace: training losses of the first steps of every run in a cell.
+#: How many first training steps of every run in a cell the replay trace holds.
 REPLAY_STEPS = 25
 # Float64 throughout. The replayed prefix is the same program as the full run's first steps, compiled
 # for a shorter scan, with or without the progress callback and XLA's fast-compile flags; these change

@@ -30,7 +30,7 @@ shared with other jobs (load 10-19).
 **Replay trace.** The first :data:`REPLAY_STEPS` discriminator and generator
 losses of the full run's first chunk, next to those of a run stopped after
 that many steps and the mean of its samples on the evaluation noise
-(:func:`replay`).
+(``replay``).
 """
 
 from __future__ import annotations
