@@ -69,6 +69,13 @@ def _close(a, b, tol=1e-10):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=tol, atol=tol)
 
 
+def _close_fields(results, prefix, ref):
+    """Every field of the NamedTuple ``ref`` equals each process's ``<prefix>_<field>``."""
+    for r in results:
+        for f, a in zip(ref._fields, ref):
+            _close(r[f"{prefix}_{f}"], a)
+
+
 def test_two_processes_and_four_devices(results):
     for r in results:
         assert int(r["process_count"]) == 2 and int(r["devices"]) == 4
@@ -77,9 +84,7 @@ def test_two_processes_and_four_devices(results):
 def test_sharded_em_step_equals_single_process(results):
     x, _, _ = worker.data()
     ref = gmm.em_step(worker.params(x), x)
-    for r in results:
-        for f, a in zip(ref._fields, ref):
-            _close(r[f"step_{f}"], a)
+    _close_fields(results, "step", ref)
 
 
 def test_sharded_fit_equals_single_process(results):
@@ -110,31 +115,23 @@ def test_sharded_em_step_iterated_by_hand(results):
     ref = worker.params(x)
     for i in range(worker.ITERS):
         ref = gmm.em_step(ref, x)
-        for r in results:
-            for f, a in zip(ref._fields, ref):
-                _close(r[f"loop{i}_{f}"], a)
+        _close_fields(results, f"loop{i}", ref)
 
 
 def test_params_from_process_zero_broadcast_then_iterated(results):
     x, _, _ = worker.data()
     ref = gmm.init_params(x[: worker.N0], worker.K, key=jax.random.key(5))  # process 0's rows only
-    for r in results:
-        for f, a in zip(ref._fields, ref):
-            _close(r[f"bcast_init_{f}"], a)
+    _close_fields(results, "bcast_init", ref)
     for _ in range(worker.ITERS):
         ref = gmm.em_step(ref, x, reg_covar=1e-6)
-    for r in results:
-        for f, a in zip(ref._fields, ref):
-            _close(r[f"bcast_{f}"], a)
+    _close_fields(results, "bcast", ref)
 
 
 def test_fit_params_refined_by_a_step(results):
     x, _, _ = worker.data()
     fit = gmm.fit(x, worker.K, key=jax.random.key(7), max_iter=25, tol=0.0)
     ref = gmm.em_step(fit.params, x)
-    for r in results:
-        for f, a in zip(ref._fields, ref):
-            _close(r[f"fit_then_step_{f}"], a)
+    _close_fields(results, "fit_then_step", ref)
 
 
 def test_sharded_retrieve_iterated_by_hand(results):
