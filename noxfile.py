@@ -66,7 +66,9 @@ def book(session):
         "-W",
         "-n",
         "--keep-going",
-        env={**_kernel_env(session), **FAST_COMPILE},
+        # Progress bars off while the book is built: tqdm would store a widget that the
+        # static page cannot run (a reader's own Jupyter still shows them).
+        env={**_kernel_env(session), **FAST_COMPILE, "TQDM_DISABLE": "1"},
     )
     index = ROOT / "_build" / "html" / "index.html"
     session.log(f"The book is ready: open file://{index}")

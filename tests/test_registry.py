@@ -142,17 +142,39 @@ def test_examples_are_deterministic():
 
 
 def test_api_reference_documents_every_public_module():
+    """book/api.md is an index of one page per module (book/api/*.md), each listed in _toc.yml
+    under it: together they document every public module exactly once, the models in the
+    registry's (the book's) order."""
     import re
 
-    text = (ROOT / "book" / "api.md").read_text()
-    documented = set(re.findall(r"\.\. automodule:: lse_energy\.([\w.]+)", text))
+    import yaml
+
+    def sections(entries):
+        for entry in entries:
+            yield entry
+            yield from sections(entry.get("sections", []))
+
+    toc = yaml.safe_load((ROOT / "_toc.yml").read_text())
+    entries = [e for part in toc["parts"] for e in sections(part["chapters"])]
+    index = next(e for e in entries if e.get("file") == "book/api")
+    listed = [e["file"] for e in index.get("sections", [])]
+    pages = sorted(str(p.relative_to(ROOT).with_suffix("")) for p in (ROOT / "book" / "api").glob("*.md"))
+    assert sorted(listed) == pages, "every book/api/*.md page is listed under book/api in _toc.yml"
+    linked = re.findall(r"\{doc\}`(api/\w+)`", (ROOT / "book" / "api.md").read_text())
+    assert [f"book/{p}" for p in linked] == listed, "the API index links every page, in the order of _toc.yml"
+
+    modules = []  # (page, module) in the order of the table of contents
+    for page in listed:
+        found = re.findall(r"\.\. automodule:: lse_energy\.([\w.]+)\n", (ROOT / f"{page}.md").read_text())
+        assert len(found) == 1, f"{page}.md documents {found}: one module per page"
+        modules.append(found[0])
     public = {info.name.removeprefix("lse_energy.") for info in pkgutil.walk_packages(lse_energy.__path__, "lse_energy.")
               if not any(part.startswith("_") for part in info.name.split(".")) and not info.ispkg}
-    assert documented == public, sorted(documented ^ public)
+    assert len(modules) == len(set(modules)), "a module documented twice"
+    assert set(modules) == public, sorted(set(modules) ^ public)
     # grouped by model, in the registry's (the book's) order
     order = [m.name for m in MODELS]
-    positions = [text.index(f".. automodule:: lse_energy.{name}\n") for name in order]
-    assert positions == sorted(positions)
+    assert [m for m in modules if m in order] == order
 
 
 # --- one result type for every fit --------------------------------------------------------------
