@@ -72,6 +72,7 @@ def make_multihop_task(d: int, rank: int, *, key, strength: float = 3.0) -> Mult
     return _make_multihop_task(key, d, rank, strength)
 
 
+@partial(jax.jit, static_argnums=(1, 2))  # one compiled draw instead of an eager op per line
 def _make_multihop_task(key, d, rank, strength):
     k1, k2 = jax.random.split(key)
     basis, _ = jnp.linalg.qr(jax.random.normal(k1, (d, 2 * rank)))
@@ -369,6 +370,7 @@ def sample_expanding(task: ExpandingTask, n: int, batch: int, p, *, key):
     return _sample_expanding(task, key, n, batch, jnp.asarray(p, jnp.result_type(float)))
 
 
+@partial(jax.jit, static_argnums=(2, 3))
 def _sample_expanding(task, key, n, batch, p):
     d = task.w_r.shape[0]
     k1, k2 = jax.random.split(key)
