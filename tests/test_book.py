@@ -72,6 +72,36 @@ def test_widgets_have_static_figures(path):
             )
 
 
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
+
+
+def _stored_widgets(nb: dict) -> list[str]:
+    """Where a notebook stores widget views (outputs) or widget state (metadata)."""
+    found = [f"cell {i}" for i, c in enumerate(nb["cells"]) for o in c.get("outputs", [])
+             if WIDGET_VIEW in o.get("data", {})]
+    if nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE):
+        found.append("notebook metadata")
+    return found
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_no_stored_widget_state(path):
+    """A stored widget renders only with require.js and a widget manager from a CDN, and a stored
+    progress bar shows a stale count: execute with TQDM_DISABLE=1 (CONTRIBUTING, Notebooks)."""
+    assert not _stored_widgets(json.loads(path.read_text())), (
+        f"{path.name} stores widgets in {_stored_widgets(json.loads(path.read_text()))}: "
+        "re-execute with TQDM_DISABLE=1")
+
+
+def test_stored_widget_rule_catches_a_progress_bar():
+    bar = {"output_type": "display_data", "data": {WIDGET_VIEW: {"model_id": "x"}}}
+    nb = {"cells": [{"cell_type": "code", "outputs": [bar]}],
+          "metadata": {"widgets": {WIDGET_STATE: {"state": {}}}}}
+    assert _stored_widgets(nb) == ["cell 0", "notebook metadata"]
+    assert _stored_widgets({"cells": [{"cell_type": "code", "outputs": []}], "metadata": {}}) == []
+
+
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
 def test_figures_share_the_plotting_style(path):
     """One style for every figure: plotting.use() once, no tight_layout (constrained layout is on),
