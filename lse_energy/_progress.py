@@ -14,6 +14,7 @@ one without to round-off, not bit for bit. Without a bar (``report_every=0``)
 from __future__ import annotations
 
 import contextlib
+import os
 
 import jax
 import jax.numpy as jnp
@@ -46,7 +47,10 @@ def bar(enabled, total: int, desc: str):
         return
     from tqdm.auto import tqdm
 
-    _bar = tqdm(total=total, desc=desc)
+    # tqdm's notebook bar ignores the TQDM_DISABLE variable (tqdm 4.70) and would be stored as a widget
+    # when a chapter is executed for the book; the same program runs, only the bar stays hidden.
+    hidden = os.environ.get("TQDM_DISABLE", "").strip().lower() not in ("", "0", "false")
+    _bar = tqdm(total=total, desc=desc, disable=hidden)
     try:
         yield max(1, total // 50)
         jax.effects_barrier()
