@@ -26,19 +26,6 @@ from lse_energy.experiments import store
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DATA = ROOT / "book" / "data"
 REGISTRY = store.registry()
-#: Registered experiments whose stored file still predates the registry (no cells, no replay trace),
-#: with the reason. Each is an open item, reported as an expected failure; once its file is rerun in the
-#: registry's format the tests fail until the entry is removed here.
-PENDING = {
-    "structural_fig3": "stored by the runner before the registry (commit 0145af9, 4908 s on 2 idle cores); "
-                       "rerun with `nox -s experiments -- --only structural_fig3`",
-}
-
-
-def _pending(name, doc):
-    if name in PENDING:
-        assert "cells" not in doc, f"{name} has been rerun through the registry: remove it from PENDING"
-        pytest.xfail(PENDING[name])
 
 
 # --- every registered experiment ------------------------------------------------------------------------------
@@ -48,7 +35,6 @@ def test_stored_file_is_complete_and_made_with_todays_settings(name):
     exp = REGISTRY[name]
     doc = store.load(name, DATA)
     assert doc["settings"] == json.loads(json.dumps(dict(exp.settings))), f"rerun {name}: its settings changed"
-    _pending(name, doc)
     keys = [store.cell_key(c) for c in exp.cells(doc["settings"])]
     assert doc["complete"] and list(doc["cells"]) == keys, f"{name}: stored cells {list(doc['cells'])} != {keys}"
     for key, cell in doc["cells"].items():
@@ -65,7 +51,6 @@ def test_stored_run_replays_with_todays_code(name):
     exp = REGISTRY[name]
     assert exp.tolerance_reason and 0 < exp.replay_rtol <= 1e-6
     doc = store.load(name, DATA)
-    _pending(name, doc)
     why = store.replay_mismatch(exp, doc)
     assert why is None, why
 

@@ -206,14 +206,8 @@ def _fig3_cell(s, cell, progress):
 def fig3_summary(doc: dict) -> dict:
     """A stored ``structural_fig3`` document as ``{d: {model: {final (ps, seeds), curve, plateau, stats,
     ops_ratio, params}}}`` with string keys ``d``, as the chapter reads it (``params`` only where
-    ``d <= _FIG3_PARAMS_MAX_D``: ``{wq, wk, wv}`` lists with leading axes ``(ps, seeds)``).
-
-    Also reads the file the runner wrote before the registry existed (``by_d`` at the top level,
-    curves as median/min/max only, no trace and no parameters), which the book holds until the
-    82-minute run is redone through the registry."""
+    ``d <= _FIG3_PARAMS_MAX_D``: ``{wq, wk, wv}`` lists with leading axes ``(ps, seeds)``)."""
     s = doc["settings"]
-    if "by_d" in doc:  # a file of the runner before the registry (commit 0145af9): already in this layout
-        return doc["by_d"]
     out = {}
     for d in s["ds"]:
         out[str(d)] = {}
