@@ -178,3 +178,14 @@ def bench(session):
     """Benchmarks against scikit-learn (and PyTorch, if installed): one table, also in _build/bench.json."""
     _install_locked(session)
     session.run("python", "benchmarks/run.py", *session.posargs, env=ENV)
+
+
+@nox.session
+def mutants(session):
+    """Hand-written bugs (tools/mutants.py), each in a scratch copy: its module's tests, then its chapter, must fail.
+
+    Prints which test or notebook cell killed each mutant; fails if one survives (a check that cannot
+    fail). `nox -s mutants -- --list`, `-- --only NAME ...`, `-- --no-notebooks`. Not in CI: it takes
+    longer than the test suite."""
+    _install_locked(session)
+    session.run("python", "tools/mutants.py", *session.posargs, env={**_kernel_env(session), **FAST_COMPILE})
