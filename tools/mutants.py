@@ -402,17 +402,22 @@ class Outcome(NamedTuple):
     seconds: float
 
 
-def run_mutant(scratch: Path, env: dict[str, str], mutant: Mutant, *, notebooks: bool, timeout: float,
+STAGES = ("tests", "kills", "generic", "notebook")
+
+
+def run_mutant(scratch: Path, env: dict[str, str], mutant: Mutant, *, stages=STAGES, timeout: float,
                log=print) -> Outcome:
+    """Run the stages in order until one fails (the mutant is killed) or all pass (it survived)."""
     t0 = time.perf_counter()
-    stages = [("tests", list(mutant.tests))]
-    if (scratch / KILLS).exists():
-        stages.append(("kills", [KILLS, "-k", mutant.module]))
-    stages.append(("generic", [*GENERIC, "-k", mutant.module]))
-    if notebooks:
-        stages.append(("notebook", ["--nbval-lax", "--nbval-current-env", mutant.chapter]))
+    args_of = {
+        "tests": list(mutant.tests),
+        "kills": [KILLS, "-k", mutant.module],
+        "generic": [*GENERIC, "-k", mutant.module],
+        "notebook": ["--nbval-lax", "--nbval-current-env", mutant.chapter],
+    }
+    todo = [(s, args_of[s]) for s in STAGES if s in stages and (s != "kills" or (scratch / KILLS).exists())]
     with Mutated(scratch, mutant):
-        for stage, args in stages:
+        for stage, args in todo:
             log(f"  {mutant.name}: {stage} ...")
             status, detail = run_pytest(scratch, env, args, timeout)
             if status == "fail":
@@ -440,12 +445,20 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", metavar="NAME", help="mutant names or module names")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--no-notebooks", action="store_true", help="skip the chapters (tests only)")
+    ap.add_argument("--stages", default=",".join(STAGES),
+                    help=f"comma-separated stages to run, in this order: {','.join(STAGES)} (default all); "
+                         "e.g. --stages notebook checks that a chapter alone kills a mutant")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest run (default 1800)")
     ap.add_argument("--head", action="store_true",
                     help="copy the last commit (git archive HEAD) instead of the working tree")
     ap.add_argument("--scratch-dir", default=None, help="where to make the scratch copy (default: the temp dir)")
     args = ap.parse_args(argv)
     chosen = select(args.only)
+    stages = {s.strip() for s in args.stages.split(",") if s.strip()}
+    if stages - set(STAGES):
+        raise SystemExit(f"unknown stages: {', '.join(sorted(stages - set(STAGES)))}")
+    if args.no_notebooks:
+        stages.discard("notebook")
     if args.list:
         for m in chosen:
             print(f"{m.name:32s} {m.path:30s} {m.description}")
@@ -464,7 +477,7 @@ def main(argv=None) -> int:
         outcomes = []
         t0 = time.perf_counter()
         for m in chosen:
-            o = run_mutant(scratch, env, m, notebooks=not args.no_notebooks, timeout=args.timeout,
+            o = run_mutant(scratch, env, m, stages=stages, timeout=args.timeout,
                            log=lambda s: print(s, flush=True))
             print(f"{o.name}: {'killed by ' + o.killed_by if o.killed_by else 'SURVIVED'} ({o.seconds:.0f} s)",
                   flush=True)
