@@ -302,14 +302,19 @@ def apply(mutant: Mutant, source: str) -> str:
 
 
 def select(names) -> list[Mutant]:
-    """Mutants by exact name or by module name, in registry order."""
+    """Mutants by exact name or by module name, in the order given (a module's in registry order)."""
     if not names:
         return list(MUTANTS)
     table = by_name()
     unknown = [n for n in names if n not in table and n not in CHAPTER]
     if unknown:
         raise SystemExit(f"unknown mutant or module: {', '.join(unknown)} (see --list)")
-    return [m for m in MUTANTS if m.name in names or m.module in names]
+    chosen = []
+    for n in names:
+        for m in ([table[n]] if n in table else [m for m in MUTANTS if m.module == n]):
+            if m not in chosen:
+                chosen.append(m)
+    return chosen
 
 
 # --- the scratch copy ------------------------------------------------------------------------
