@@ -65,7 +65,7 @@ TESTS = {
     "attention": ("test_attention.py", "test_propositions_ch05.py"),
     "hopfield": ("test_hopfield.py", "test_propositions_ch06.py"),
     "slot_attention": ("test_slot_attention.py", "test_propositions_ch07.py"),
-    "structural": ("test_structural.py", "test_propositions_ch08.py"),
+    "structural": ("test_propositions_ch08.py", "test_attention.py"),  # test_structural.py: multihop, expanding
     "multihop": ("test_structural.py", "test_propositions.py", "test_authors_multihop.py"),
     "expanding": ("test_structural.py", "test_propositions.py"),
     "rbm": ("test_rbm.py", "test_propositions_ch10.py"),
