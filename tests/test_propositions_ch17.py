@@ -137,9 +137,30 @@ def test_negative_sampling_optimum_is_shifted_pmi():
             assert np.max(np.abs(np.asarray(g34.V))) < 1e-12
             if not np.allclose(q34, q1, atol=1e-9):
                 assert np.max(np.abs(X34 - (pmi_np - np.log(k)))) > 1e-6
-        if i < 10:  # without N_co > 0 the objective decreases without bound as s_co -> -inf
-            vals = [_ns_cell(x, 0.0, Nc[0], q1[0], k) for x in (-1.0, -10.0, -30.0)]
+        if i < 10:  # without N_co > 0: positive, falls towards its infimum 0 as s_co -> -inf, never reaches it
+            xs = (-1.0, -10.0, -30.0)
+            vals = [_ns_cell(x, 0.0, Nc[0], q1[0], k) for x in xs]
             assert vals[0] > vals[1] > vals[2] > 0
+            assert vals[2] < 1e-12 * k * Nc[0] * q1[0]  # softplus(-30) ~ 1e-13: the infimum is 0
+            # the package's L_ns with N_01 = 0 and every other score at its optimum: above the infimum (the
+            # other cells' minima, summed by scalar minimisation) by that cell's term, with a gradient > 0
+            N0 = N.copy()
+            N0[0, 1] = 0.0
+            q0 = np.asarray(emb.noise_distribution(jnp.asarray(N0), power=1.0))
+            Nc0 = N0.sum(1)
+            cells = [(c, o) for c in range(n) for o in range(n) if (c, o) != (0, 1)]
+            inf = sum(minimize_scalar(_ns_cell, args=(N0[c, o], Nc0[c], q0[o], k), bracket=(-5, 5),
+                                      tol=1e-12).fun for c, o in cells)
+            with np.errstate(divide="ignore"):
+                S0 = np.log(N0 / (k * Nc0[:, None] * q0[None, :]))
+            above = []
+            for x in xs:
+                S0[0, 1] = x
+                p0 = emb.Params(jnp.eye(n), jnp.asarray(S0.T))
+                above.append(float(emb.negative_sampling_loss(p0, jnp.asarray(N0), jnp.asarray(q0), k)) - inf)
+                assert float(grad_ns(p0, jnp.asarray(N0), jnp.asarray(q0), k).V[1, 0]) > 0  # still pushing down
+            np.testing.assert_allclose(above, [_ns_cell(x, 0.0, Nc0[0], q0[1], k) for x in xs], atol=1e-9)
+            assert above[0] > above[1] > 1e-9
 
 
 def test_negative_sampling_is_expected_sampled_loss():
