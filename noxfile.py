@@ -1,6 +1,7 @@
 """Sessions: `nox -s book` renders the book, `nox -s tests` runs every test, `nox -s portability`
 re-runs the notebooks as on older CPUs, `nox -s bench` times the peers, `nox -s experiments` runs
-the full-size experiments the chapters plot from book/data/, `nox -s timings` times every chapter.
+the full-size experiments the chapters plot from book/data/, `nox -s timings` times every chapter,
+`nox -s pdf` writes the book as one PDF.
 
 Every session but `tests-latest` installs the exact versions of requirements/lock.txt, then the
 package itself without dependencies; `nox -s lock` regenerates that lock (and environment.yml,
@@ -72,6 +73,44 @@ def book(session):
     )
     index = ROOT / "_build" / "html" / "index.html"
     session.log(f"The book is ready: open file://{index}")
+
+
+# The PDF: Sphinx's LaTeX builder with XeLaTeX (Unicode text such as σ, ≤ and ⪰ in the prose;
+# fonts from fonts-freefont-otf), from the notebooks' stored outputs, which strict nbval checks
+# against the code. Debian packages that provide every LaTeX package the build uses.
+PDF_APT = ["texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommended", "texlive-science",
+           "latexmk", "fonts-freefont-otf"]
+
+
+@nox.session
+def pdf(session):
+    """The whole book as one PDF, _build/latex/lse_energy.pdf (also copied to _build/html/).
+
+    Needs XeLaTeX and latexmk: on Debian or Ubuntu, `sudo apt-get install --no-install-recommends`
+    with the packages of PDF_APT. The notebooks are not executed again: the PDF shows their
+    stored outputs."""
+    import shutil
+
+    missing = [tool for tool in ("xelatex", "latexmk") if shutil.which(tool) is None]
+    if missing:
+        session.error(f"{', '.join(missing)} not found: sudo apt-get install --no-install-recommends "
+                      + " ".join(PDF_APT))
+    _install_locked(session)
+    # _config.yml with execution off, written by the session's Python (which has PyYAML)
+    tmp = pathlib.Path(session.create_tmp()).resolve() / "_config_pdf.yml"
+    session.run("python", "-c", "import sys, yaml; c = yaml.safe_load(open('_config.yml')); "
+                "c['execute']['execute_notebooks'] = 'off'; "
+                "open(sys.argv[1], 'w').write(yaml.safe_dump(c, allow_unicode=True))", str(tmp),
+                silent=True)
+    session.run("jupyter-book", "build", "--all", ".", "--builder", "pdflatex", "--config", str(tmp),
+                env={**ENV, "TQDM_DISABLE": "1"})
+    out = ROOT / "_build" / "latex" / "lse_energy.pdf"
+    if not out.exists():
+        session.error(f"{out} was not written")
+    html = ROOT / "_build" / "html"
+    if html.is_dir():
+        shutil.copy2(out, html / out.name)
+    session.log(f"The PDF is ready: {out}")
 
 
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg"]

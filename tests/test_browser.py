@@ -7,8 +7,10 @@ that the math is typeset (no TeX left as text), every image loads, no cell shows
 a traceback, the page logs no JavaScript error, no proposition is cited as
 "Proposition Proposition", nothing is loaded from a CDN and every internal link
 resolves; a full-page screenshot goes to ``_build/screenshots/``. At 1280 px no
-image is shown much smaller than it was drawn, and every image of a chapter has
-alt text and sits in a numbered, captioned figure. At 390 px the menu button
+image is shown much smaller than it was drawn, every image of a chapter has
+alt text and sits in a numbered, captioned figure, and no code or output box
+scrolls sideways in the column; narrowed to 400 px, no page scrolls sideways
+(each page is loaded once for all of these). At 390 px the menu button
 opens the navigation, and a page shows one search field. Every check has a
 control case: a page made to fail it, on which it fires.
 
@@ -144,6 +146,15 @@ PAGE_REPORT = r"""
     }).filter(x => x[0] > 0.5),
     pageWidth: document.documentElement.scrollWidth,
     windowWidth: window.innerWidth,
+    // code and output boxes that scroll sideways inside the column (numbers hidden off to the
+    // right), and tables wider than the box they sit in; a table marked wide on purpose
+    // (class "wide") is allowed to scroll
+    wideBoxes: Array.from(document.querySelectorAll('main pre')).filter(e =>
+        e.scrollWidth > e.clientWidth + 1).map(e => 'pre: ' + e.textContent.trim().slice(0, 60))
+      .concat(Array.from(document.querySelectorAll('main table')).filter(t =>
+        !t.closest('.wide') && t.parentElement &&
+        t.getBoundingClientRect().width > t.parentElement.clientWidth + 1)
+        .map(t => 'table: ' + t.textContent.trim().replace(/\s+/g, ' ').slice(0, 60))),
     ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
   };
 }
@@ -170,14 +181,46 @@ def _open(browser, path, width):
     return tab, has_mathjax, {**tab.evaluate(PAGE_REPORT), "jsErrors": errors}
 
 
+PHONE_WIDTH = 400
+PHONE_REPORT = "() => ({pageWidth: document.documentElement.scrollWidth, windowWidth: window.innerWidth})"
+
+
+def _at_phone_width(tab):
+    """The page's and the window's width after the tab is narrowed to a phone's
+    :data:`PHONE_WIDTH` px (the layout reflows; MathJax's typeset boxes stay)."""
+    tab.set_viewport_size({"width": PHONE_WIDTH, "height": 900})
+    return tab.evaluate(PHONE_REPORT)
+
+
+# Each book page is loaded once: at 1280 px for the page report, the images and the
+# screenshot, then narrowed to a phone's width. The per-page tests below read this cache
+# (pytest-xdist --dist loadfile keeps this file on one worker), so a page costs one load
+# and one MathJax typesetting instead of four.
+_REPORTS: dict[str, dict] = {}
+
+
+def _page_report(browser, path):
+    """:data:`PAGE_REPORT` of the book page at ``path`` (1280 px), with ``hasMathjax``,
+    ``figures`` (:data:`IMAGE_REPORT`) and ``phone`` (:data:`PHONE_REPORT` at 400 px)."""
+    key = str(path)
+    if key not in _REPORTS:
+        tab, has_mathjax, report = _open(browser, path, 1280)
+        report["hasMathjax"] = has_mathjax
+        report["figures"] = tab.evaluate(IMAGE_REPORT)
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        tab.screenshot(path=str(SCREENSHOTS / f"{path.stem}.png"), full_page=True)
+        report["phone"] = _at_phone_width(tab)
+        tab.close()
+        _REPORTS[key] = report
+    return _REPORTS[key]
+
+
 @pytest.mark.parametrize("page", _toc_pages())
 def test_page_renders(page, html, browser):
     path = html / f"{page}.html"
     assert path.exists(), f"{page} was not rendered"
-    tab, has_mathjax, report = _open(browser, path, 1280)
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    tab.screenshot(path=str(SCREENSHOTS / f"{pathlib.Path(page).name}.png"), full_page=True)
-    tab.close()
+    report = _page_report(browser, path)
+    has_mathjax = report["hasMathjax"]
     # Every display equation fits the text column at 1280 px (break long ones with aligned).
     assert not report["wideMath"], f"{len(report['wideMath'])} of {report['display']} display equations " \
         f"are wider than the column: {report['wideMath']}"
@@ -194,6 +237,8 @@ def test_page_renders(page, html, browser):
     broken = [i["src"] for i in report["images"] if not i["ok"]]
     assert not broken, f"images that did not load: {broken}"
     assert report["tracebacks"] == 0, "a cell output shows a traceback"
+    # no code or output box scrolls sideways at 1280 px, and no table is wider than its box
+    assert not report["wideBoxes"], f"boxes wider than the column: {report['wideBoxes']}"
 
     placeholders = [h for h in report["links"] if any(p in h for p in PLACEHOLDER_LINKS)]
     assert not placeholders, f"links to a placeholder: {placeholders}"
@@ -213,8 +258,8 @@ def test_page_renders(page, html, browser):
 def test_page_never_scrolls_sideways_on_a_phone(page, html, browser):
     """At 400 px the page is no wider than the window: a long equation, table or code line
     scrolls inside its own box (``_static/custom.css``)."""
-    tab, _, report = _open(browser, html / f"{page}.html", 400)
-    tab.close()
+    report = _page_report(browser, html / f"{page}.html")["phone"]
+    assert report["windowWidth"] == PHONE_WIDTH
     assert report["pageWidth"] <= report["windowWidth"], (
         f"the page is {report['pageWidth']} px wide in a {report['windowWidth']} px window")
 
@@ -230,6 +275,27 @@ def test_width_checks_catch_a_wide_equation_and_a_wide_page(html, browser):
     tab.close()
     assert report["display"] == 1 and len(report["wideMath"]) == 1
     assert report["pageWidth"] > report["windowWidth"]
+    # the same page loaded wide and then narrowed, as _page_report measures the book's pages
+    tab, _, _ = _open(browser, page, 1280)
+    phone = _at_phone_width(tab)
+    tab.close()
+    assert phone["windowWidth"] == PHONE_WIDTH and phone["pageWidth"] > phone["windowWidth"]
+
+
+def test_wide_box_check_catches_a_long_line_and_a_wide_table(html, browser):
+    """Control for the column check at 1280 px: a code line longer than its box and a table
+    wider than its box are caught; a short line, a fitting table and a table marked wide on
+    purpose are not."""
+    page = html / "_box_check.html"
+    cell = "<td style='white-space:nowrap'>" + "9" * 120 + "</td>"
+    page.write_text("<html><body><main><div style='width:690px'>"
+                    f"<pre style='overflow:auto'>{'y' * 200}</pre><pre>short</pre>"
+                    f"<table><tr>{cell}</tr></table><table><tr><td>1</td></tr></table>"
+                    f"<div class='wide' style='overflow:auto'><table><tr>{cell}</tr></table></div>"
+                    "</div></main></body></html>")
+    tab, _, report = _open(browser, page, 1280)
+    tab.close()
+    assert [b.split(":")[0] for b in report["wideBoxes"]] == ["pre", "table"], report["wideBoxes"]
 
 
 # --- navigation: the menu on a phone, one search field -----------------------------------------
@@ -452,7 +518,7 @@ def test_images_readable_in_the_column(page, html, browser):
     """At 1280 px no image is shown at less than 1/MAX_SHRINK of the width it was drawn for,
     so a figure's text stays as large as it was drawn (``plotting``: at most 7 in wide), and
     none is drawn out of shape."""
-    images = _images(browser, html / f"{page}.html")
+    images = _page_report(browser, html / f"{page}.html")["figures"]
     assert all(i["natural"] > 0 for i in images), "an image did not load"
     assert not _shrunk(images), f"images scaled down more than {MAX_SHRINK}x: {_shrunk(images)}"
     assert not _distorted(images), f"images drawn out of shape: {_distorted(images)}"
@@ -464,7 +530,7 @@ def test_chapter_images_are_captioned_figures(page, html, browser):
     """Every image in a chapter has alt text that describes it (not its file path) and sits in
     a numbered figure with a caption (MyST-NB cell metadata ``mystnb: figure: {caption, name}``
     and ``image: {alt}``), which the prose cites with ``{numref}``."""
-    images = _images(browser, html / f"{page}.html")
+    images = _page_report(browser, html / f"{page}.html")["figures"]
     assert not _uncaptioned(images), f"{len(_uncaptioned(images))} problems: {_uncaptioned(images)}"
 
 

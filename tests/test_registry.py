@@ -96,7 +96,10 @@ def test_check_grads_second_order(model):
     def f(*leaves):
         return model.function(**rebuild(*leaves))
 
-    check_grads(f, floats, order=2, modes=("fwd", "rev"))  # JAX's float64 defaults: eps 1e-4, tol 1e-5
+    # Jitted: the same derivatives, each compiled as one program instead of op by op (about
+    # 3x faster; validation that needs concrete values is skipped under a trace, the maths
+    # is not). JAX's float64 defaults: eps 1e-4, tol 1e-5.
+    check_grads(jax.jit(f), floats, order=2, modes=("fwd", "rev"))
 
 
 def test_every_energy_has_an_independent_oracle():
