@@ -282,6 +282,27 @@ def test_checker_accepts_correct_and_rejects_wrong_gradients():
         assert_gradient(f, wrong, x)
 
 
+def test_checker_runs_gradients_that_validate_on_the_host():
+    # check_gradient compiles grad_fn; one that inspects values on the host cannot be traced
+    # and must be run eagerly instead, and still be judged.
+    x = jnp.asarray(np.random.default_rng(2).normal(size=(5, 3)))
+    f = lambda v: core.energy(v)  # noqa: E731
+
+    def validated(scale):
+        def g(v):
+            if not bool(jnp.all(jnp.isfinite(v))):  # host-side check: fails under jit
+                raise ValueError("non-finite input")
+            return -scale * core.weights(v)
+
+        return g
+
+    with pytest.raises(jax.errors.TracerBoolConversionError):
+        jax.jit(validated(1.0))(x)
+    assert assert_gradient(f, validated(1.0), x).autodiff_error < 1e-12
+    with pytest.raises(AssertionError, match="jax.grad"):
+        assert_gradient(f, validated(1.001), x)
+
+
 def test_decade_is_the_next_power_of_ten_above():
     from lse_energy.testing import decade
 
