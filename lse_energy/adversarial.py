@@ -456,13 +456,24 @@ def _ce_inner(p, x, xa, t):
     return _ce(p, xa, t)
 
 
+def _binary_ce_inner(p, x, xa, t):
+    """The binary model's classification loss g(f(x') T) at x' (``t`` as floats -1/1)."""
+    del x
+    return _g(_logits(p, xa)[:, 0] * t)
+
+
 def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
-        monotone: bool = False, box=None) -> Ascent:
+        monotone: bool = False, key=None, box=None) -> Ascent:
     r"""Iterated FGSM with projection (PGD; Madry et al. 2018, not in the notes).
 
     ``n_steps`` steps :math:`x' \leftarrow \Pi_{B_\infty(x,\epsilon)\cap\text{box}}
-    (x' + \alpha\,\mathrm{sign}\,\nabla_{x'} \ell(x', t))` from :math:`x' = x`.
-    Plain PGD (``monotone=False``) may *decrease* the loss on a step; with
+    (x' + \alpha\,\mathrm{sign}\,\nabla_{x'} \ell(x', t))` from :math:`x' = x`,
+    or, with a PRNG ``key``, from a point drawn uniformly from the ball (clipped
+    to the box): one *random restart*; call it with several keys for several.
+    :math:`\ell` is the cross-entropy (``K >= 2``) or, for a binary model
+    (``K = 1``, labels ``-1/1``), the surrogate :math:`g(f(x')T)` of §25.1, so
+    a step raises the loss of the true class in both cases. Plain PGD
+    (``monotone=False``) may *decrease* the loss on a step; with
     ``monotone=True`` a step is accepted only if it does not decrease the
     example's loss, and otherwise that example's :math:`\alpha` is halved
     (backtracking), so every ``losses`` row is non-decreasing.
@@ -470,12 +481,21 @@ def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
     Returns:
       :class:`Ascent`.
     """
-    params, x, t, box = _attack_args(params, x, t, box)
+    params = _check_params(params)
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    box = _check_box(box)
+    _check_in_box(x, box)
     epsilon = _validate.positive("epsilon", epsilon)
     step_size = _validate.positive("step_size", step_size)
     n_steps = _validate.count("n_steps", n_steps)
-    return _ascend(params, x, x, t, jnp.asarray(epsilon, x.dtype), jnp.asarray(step_size, x.dtype),
-                   inner=_ce_inner, n_steps=n_steps, monotone=bool(monotone), box=box)
+    eps = jnp.asarray(epsilon, x.dtype)
+    x0 = x
+    if key is not None:
+        x0 = _project(x + eps * jax.random.uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
+    inner, aux = (_binary_ce_inner, t.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, t)
+    return _ascend(params, x, x0, aux, eps, jnp.asarray(step_size, x.dtype),
+                   inner=inner, n_steps=n_steps, monotone=bool(monotone), box=box)
 
 
 def minimal_perturbation(params: Params, x, t, *, eps_max: float, n_bisect: int = 30,
@@ -692,24 +712,41 @@ def _inner(p, x, key, epsilon, step_size, init_scale, *, n_steps, monotone, box)
     return _ascend(p, x, x0, None, epsilon, step_size, inner=inner, n_steps=n_steps, monotone=monotone, box=box)
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "inner_steps", "box"))
+def _augment(p, x, t, x_adv, beta):
+    r"""Plain adversarial training's loss: the mean over the batch and its adversarial copies,
+    :math:`\frac12[\ell(X, T) + \ell(X', T)]` (``beta`` unused)."""
+    del beta
+    if p.W2.shape[1] == 1:
+        return 0.5 * jnp.mean(_g(_logits(p, x)[:, 0] * t) + _g(_logits(p, x_adv)[:, 0] * t))
+    return 0.5 * jnp.mean(_ce(p, x, t) + _ce(p, x_adv, t))
+
+
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "inner_steps", "defence", "box"))
 def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer, n_epochs, batch_size,
-           inner_steps, box):
+           inner_steps, defence, box):
     binary = params.W2.shape[1] == 1
     n_batches = x.shape[0] // batch_size
 
     def batch_step(carry, inputs):
         p, s = carry
         xb, tb, kb = inputs
-        if inner_steps:
-            xa = jax.lax.stop_gradient(_inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps,
-                                              monotone=True, box=box).x_adv)
+        tf = tb.astype(x.dtype) if binary else tb
+        if defence == "augment":
+            x0 = _project(xb + 1e-3 * jax.random.normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
+            xa = jax.lax.stop_gradient(_ascend(p, xb, x0, tf, epsilon, step_size,
+                                               inner=_binary_ce_inner if binary else _ce_inner,
+                                               n_steps=inner_steps, monotone=True, box=box).x_adv)
+            val, g = jax.value_and_grad(_augment)(p, xb, tf, xa, beta)
         else:
-            xa = xb
-        if binary:
-            val, g = jax.value_and_grad(_binary_trades)(p, xb, tb.astype(x.dtype), xa, beta)
-        else:
-            val, g = jax.value_and_grad(_trades)(p, xb, tb, xa, beta)
+            if inner_steps:
+                xa = jax.lax.stop_gradient(_inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps,
+                                                  monotone=True, box=box).x_adv)
+            else:
+                xa = xb
+            if binary:
+                val, g = jax.value_and_grad(_binary_trades)(p, xb, tf, xa, beta)
+            else:
+                val, g = jax.value_and_grad(_trades)(p, xb, tb, xa, beta)
         updates, s = optimizer.update(g, s, p)
         p = jax.tree_util.tree_map(jnp.add, p, updates)
         return (p, s), val
@@ -728,8 +765,9 @@ def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer,
 
 def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size: int, beta: float = 0.0,
         epsilon: float = 0.1, inner_steps: int = 5, step_size: float | None = None, box=None,
-        opt_state=None) -> core.FitResult:
-    r"""Standard training (``beta = 0``) or TRADES training (``beta > 0``), §25 of the notes.
+        opt_state=None, defence: str = "trades") -> core.FitResult:
+    r"""Standard training (``beta = 0``), TRADES training (``beta > 0``), or plain adversarial training
+    (``defence="augment"``), §25 of the notes.
 
     Each minibatch (reshuffled with ``key`` every epoch; a last partial batch is
     dropped): with ``beta > 0``, ``inner_steps`` monotone projected sign-ascent
@@ -738,7 +776,15 @@ def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size:
     optimizer step on the joint loss, :func:`trades_loss` (``K >= 2``) or
     :func:`binary_trades_loss` (``K = 1``, labels ``-1/1``), with :math:`X'` held
     fixed. ``beta = 0`` is plain cross-entropy (or :math:`g(f(X)T)`) training.
-    Jitted, ``lax.scan`` over epochs and batches.
+
+    ``defence="augment"`` is §25's first line, "add adversarial samples to
+    dataset with proper classification": each minibatch, ``inner_steps``
+    monotone projected sign-ascent steps on the *classification* loss
+    :math:`\ell(X', T)` (the cross-entropy, or :math:`g(f(X')T)` for a binary
+    model) from :math:`X + \mathcal N(0, 10^{-6})` find :math:`X'`, and the
+    step descends :math:`\frac12[\ell(X, T) + \ell(X', T)]`, the loss of the
+    batch with its adversarial copies added, correctly labelled (``beta`` is
+    unused). Jitted, ``lax.scan`` over epochs and batches.
 
     Args:
       params: initial :class:`Params`.
@@ -747,8 +793,10 @@ def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size:
       optimizer: an optax ``GradientTransformation`` (hashable; static).
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
       beta: TRADES weight :math:`\beta \ge 0`.
-      epsilon, inner_steps, step_size, box: the inner maximisation (unused at ``beta = 0``).
+      epsilon, inner_steps, step_size, box: the inner maximisation (unused at ``beta = 0``
+        with ``defence="trades"``).
       opt_state: optimizer state to continue from, or ``None``.
+      defence: ``"trades"`` (the default) or ``"augment"``.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``
@@ -773,12 +821,15 @@ def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size:
     step_size = epsilon / 4 if step_size is None else _validate.positive("step_size", step_size)
     box = _check_box(box)
     _check_in_box(x, box)
+    if defence not in ("trades", "augment"):
+        raise ValueError(f"defence must be 'trades' or 'augment'; got {defence!r}")
     if opt_state is None:
         opt_state = optimizer.init(params)
     dt = x.dtype
+    inner = inner_steps if (beta > 0 or defence == "augment") else 0
     p, s, energies = _train(params, opt_state, x, t, key, jnp.asarray(beta, dt), jnp.asarray(epsilon, dt),
                             jnp.asarray(step_size, dt), optimizer=optimizer, n_epochs=n_epochs,
-                            batch_size=batch_size, inner_steps=inner_steps if beta > 0 else 0, box=box)
+                            batch_size=batch_size, inner_steps=inner, defence=defence, box=box)
     out = core.FitResult(p, energies, n_epochs, None, FitExtras(s))
     _validate.require_finite("adversarial.fit", out, steps=out.energies, hint="lower the optimizer's learning rate")
     return out

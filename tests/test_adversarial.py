@@ -223,3 +223,56 @@ def test_dtypes(dtype):
     assert adv.pgd(p, x, t, 0.1, step_size=0.05, n_steps=2).x_adv.dtype == dtype
     assert adv.minimal_perturbation(p, x, t, eps_max=0.5).epsilon.dtype == dtype
     assert adv.inner_maximize(p, x, 0.1, key=jax.random.key(0), step_size=0.05, n_steps=2).x_adv.dtype == dtype
+
+
+# --- binary PGD with random restarts, and plain adversarial training (§25's first line) ---------------
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pgd_binary_loss_and_random_start(seed):
+    """PGD on a binary model ascends g(f(x')T) (recomputed in NumPy); a key starts it at a random point
+    of the ball (inside the box), and different keys give different starts."""
+    p, (x, t) = random_params(seed, k=1, scale=4.0), random_data(seed, k=1)
+    a = adv.pgd(p, x, t, 0.2, step_size=0.05, n_steps=6, box=BOX)
+    expected0 = np.logaddexp(0.0, -numpy_logits(p, x)[:, 0] * np.asarray(t))
+    np.testing.assert_allclose(a.losses[0], expected0, rtol=1e-12)       # from x' = x
+    expected = np.logaddexp(0.0, -numpy_logits(p, a.x_adv)[:, 0] * np.asarray(t))
+    np.testing.assert_allclose(a.losses[-1], expected, rtol=1e-12)
+    assert np.all(np.asarray(a.losses[-1]) >= np.asarray(a.losses[0]))   # the loss of the true class rose
+    starts = []
+    for r in range(2):
+        b = adv.pgd(p, x, t, 0.2, step_size=0.05, n_steps=1, key=jax.random.key(r), box=BOX)
+        assert np.all(np.abs(b.x_adv - x) <= 0.2 + 1e-15) and np.all((b.x_adv >= 0) & (b.x_adv <= 1))
+        starts.append(np.asarray(b.losses[0]))
+    assert not np.allclose(starts[0], expected0) and not np.allclose(starts[0], starts[1])
+    # multi-class PGD is unchanged by the new argument's default
+    pm, (xm, tm) = random_params(seed), random_data(seed)
+    np.testing.assert_allclose(adv.pgd(pm, xm, tm, 0.2, step_size=0.05, n_steps=3).losses[0],
+                               adv.example_losses(pm, xm, tm), rtol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, K])
+def test_fit_augment_is_standard_training_at_zero_radius(k):
+    """With a radius far below round-off of the loss, X' = X and plain adversarial training's loss
+    (l(X) + l(X'))/2 is l(X): one SGD step equals standard training's. At a real radius the first
+    minibatch's loss is at least l(X) (X' ascends the loss of the true class) and the step differs."""
+    p, (x, t) = random_params(0, k=k), random_data(0, k=k)
+    kw = dict(key=jax.random.key(3), optimizer=optax.sgd(0.1), n_epochs=1, batch_size=N, box=BOX)
+    std = adv.fit(p, x, t, **kw)
+    tiny = adv.fit(p, x, t, epsilon=1e-13, defence="augment", **kw)
+    np.testing.assert_allclose(ravel_pytree(tiny.params)[0], ravel_pytree(std.params)[0], rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(tiny.energies, std.energies, rtol=1e-9)
+    real = adv.fit(p, x, t, epsilon=0.2, defence="augment", **kw)
+    assert float(real.energies[0, 0]) > float(std.energies[0, 0]) + 1e-3
+    assert not np.allclose(ravel_pytree(real.params)[0], ravel_pytree(std.params)[0])
+    with pytest.raises(ValueError, match="defence must be"):
+        adv.fit(p, x, t, defence="madry", **kw)
+
+
+def test_fit_augment_binary_learns():
+    x, y = digits()
+    t = jnp.where(y >= 5, 1, -1)
+    p0 = adv.init_params(64, 16, 1, key=jax.random.key(0))
+    r = adv.fit(p0, x, t, key=jax.random.key(1), optimizer=optax.adam(1e-2), n_epochs=20, batch_size=50,
+                epsilon=0.05, inner_steps=3, box=BOX, defence="augment")
+    assert float(adv.accuracy(r.params, x, t)) > 0.9

@@ -1,16 +1,21 @@
-r"""Full-size runs of chapter 19: attacks on, and TRADES training of, a digits classifier.
+r"""Full-size runs of chapter 19: attacks on, and adversarial training of, digits classifiers.
 
-One registered experiment, ``adversarial_digits`` (:data:`ADV`), one cell per
-training seed. A seed fixes the random 1200/597 train/test split of
-scikit-learn's digits (pixels scaled to ``[0, 1]``), the initialisation and the
-minibatch order. In each cell two one-hidden-layer networks
-(:mod:`lse_energy.adversarial`) are trained by Adam from the same initialisation
-and batches: standard training (``beta = 0``) and multi-class TRADES
-(``beta = ADV["beta"]``, inner monotone sign ascent in the ball of radius
-``eps_trades``). For both it stores:
+Two registered experiments, one cell per training seed. A seed fixes the random
+1200/597 train/test split of scikit-learn's digits (pixels scaled to
+``[0, 1]``), the initialisation and the minibatch order.
+
+``adversarial_digits`` (:data:`ADV`), ten classes. In each cell three
+one-hidden-layer networks (:mod:`lse_energy.adversarial`) are trained by Adam
+from the same initialisation and batches: standard training (``beta = 0``),
+multi-class TRADES (``beta = ADV["beta"]``, inner monotone sign ascent in the
+ball of radius ``eps_trades``) and plain adversarial training (§25's first
+line, ``defence="augment"``). For each it stores:
 
 * test accuracy under FGSM and under PGD at every radius of ``eps_grid``
   (``pgd_steps`` steps of ``eps / 4``), radius 0 being the clean accuracy;
+* §24's one-step gradient attacks at every step ``k`` of ``grad_k``, projected
+  onto the ball of radius ``eps_trades``: the untargeted misclassification rate
+  and the targeted success rate over all 9 targets (:func:`gradient_attacks`);
 * the minimal FGSM-direction perturbation of every test image (bisection):
   the fraction fooled within ``min_eps_max``, the median over correctly
   classified images and their histogram, and whether the bisection's bracket
@@ -18,20 +23,32 @@ and batches: standard training (``beta = 0``) and multi-class TRADES
 * the inner KL maximisation with and without accept-if-improves on the test
   set (``mono_steps`` steps of ``eps_trades / 2``): whether the monotone one
   ever lowered the KL, and the fraction of images on which plain ascent did;
-* the mean training loss of every epoch (for the plateau criterion of
-  :func:`lse_energy.experiments.full_runs.plateau`). In the stored run standard
-  training meets it and TRADES does not: its loss still falls by 0.024 nats
-  between the last two tenths of the 60 epochs, so the chapter's comparison is
-  at a fixed budget, and says so.
+* the mean training loss of every epoch, and the continuation check: clean
+  and PGD accuracy at ``eps_trades`` after ``continue_epochs`` more epochs at
+  the same (constant) step (:func:`continue_training`).
 
-**Size.** These are the settings the chapter announced as its full size
-(10 seeds, 64 hidden units, 60 epochs, 20 PGD steps), fixed before the run. A
-cell takes seconds once compiled: the stored run took 166 s of cell time on two
-shared cores. The chapter runs one seed live at a reduced size.
+``adversarial_binary`` (:data:`BIN`), the notes' own model of §25.1: the binary
+score :math:`f` with labels :math:`T = \pm 1` ("digit >= 5"), trained on
+:math:`g(f(X)T) + \beta\, g(f(X)f(X'))` at every beta of a sweep (beta = 0 is
+standard training) and by plain adversarial training, each for 20 epochs and
+continued to 40 and 80 (the continuation check). At each of the three budgets:
+clean accuracy, robust accuracy under PGD with random restarts
+(:func:`robust_correct`), the share of test digits with :math:`f > 0` (1 or 0:
+a constant classifier), the median :math:`|f|`, and the two terms of the
+objective on the training set (:func:`objective_terms`).
 
-**Replay trace.** For both models, the 24 minibatch losses of the first epoch
-of the full run, next to the test cross-entropy (clean, and under PGD at
-``eps_trades``) of the same run stopped after that epoch (``replay``).
+**Size.** ``adversarial_digits`` keeps the settings the chapter announced as
+its full size (10 seeds, 64 hidden units, 60 epochs, 20 PGD steps), fixed before
+the run; ``adversarial_binary`` takes the independent reader's settings (32
+hidden units, 20 epochs, ``eps = 0.1``, PGD with 3 restarts of 50 steps) over 10
+seeds, plus the two continuations. A cell takes seconds once compiled. The
+chapter runs one seed live at a reduced size.
+
+**Replay trace.** ``adversarial_digits``: for every model, the 24 minibatch
+losses of the first epoch of the full run, next to the test cross-entropy
+(clean, and under PGD at ``eps_trades``) of the same run stopped after that
+epoch (``replay``). ``adversarial_binary``: the first epoch's minibatch losses
+of beta = 1, beta = 6 and plain adversarial training (``binary_replay``).
 """
 
 from __future__ import annotations
@@ -47,18 +64,21 @@ import optax
 from lse_energy import adversarial
 from lse_energy.experiments import store
 
-__all__ = ["ADV", "BOX", "EXPERIMENTS", "SIZE_KEYS", "digits", "split", "optimizer", "train",
-           "attacked_accuracy", "mean_interval", "summary"]
+__all__ = ["ADV", "BIN", "BOX", "EXPERIMENTS", "SIZE_KEYS", "digits", "split", "optimizer", "train",
+           "continue_training", "gradient_attacks", "attacked_accuracy", "mean_interval", "summary",
+           "binary_methods", "binary_split", "binary_train", "robust_correct", "objective_terms",
+           "binary_replay", "binary_summary"]
 
 #: Settings of the full run. ``eps_grid`` are the attack radii (``L_inf``, pixel range 1).
 ADV = dict(seeds=list(range(10)), n_hidden=64, n_epochs=60, batch_size=50, learning_rate=1e-2, n_train=1200,
            eps_grid=[0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2], pgd_steps=20, eps_trades=0.1, beta=6.0,
-           inner_steps=5, min_eps_max=0.5, n_bisect=30, hist_bins=40, mono_steps=10)
+           inner_steps=5, min_eps_max=0.5, n_bisect=30, hist_bins=40, mono_steps=10,
+           grad_k=[0.01, 0.1, 1.0, 10.0, 100.0], continue_epochs=60)
 #: The settings a live (reduced) run may change; every other setting is the full run's.
 SIZE_KEYS = ("seeds", "n_hidden", "n_epochs", "pgd_steps")
 #: Pixel box of the digits.
 BOX = (0.0, 1.0)
-_MODELS = ("standard", "trades")
+_MODELS = ("standard", "trades", "augment")
 
 # Float64. The replay compiles the same training step for a one-epoch scan instead of a 60-epoch one, with
 # or without XLA's fast-compile flags and on other instruction sets: the order of floating-point
@@ -94,8 +114,9 @@ def optimizer(learning_rate: float) -> optax.GradientTransformation:
     return optax.adam(learning_rate)
 
 
-def train(settings: dict, seed: int, beta: float, n_epochs: int | None = None):
-    """Train one network of the experiment (``beta = 0``: standard; ``beta > 0``: TRADES).
+def train(settings: dict, seed: int, beta: float, n_epochs: int | None = None, defence: str = "trades"):
+    """Train one network of the experiment (``beta = 0``: standard; ``beta > 0``: TRADES;
+    ``defence="augment"``: plain adversarial training, §25's first line).
 
     Returns the :class:`~lse_energy.core.FitResult` of :func:`lse_energy.adversarial.fit`;
     ``n_epochs`` (default the settings') stops the same run early."""
@@ -104,7 +125,20 @@ def train(settings: dict, seed: int, beta: float, n_epochs: int | None = None):
     p0 = adversarial.init_params(x_tr.shape[1], s["n_hidden"], 10, key=jax.random.key(seed))
     return adversarial.fit(p0, x_tr, y_tr, key=jax.random.key(1000 + seed), optimizer=optimizer(s["learning_rate"]),
                            n_epochs=s["n_epochs"] if n_epochs is None else n_epochs, batch_size=s["batch_size"],
-                           beta=beta, epsilon=s["eps_trades"], inner_steps=s["inner_steps"], box=BOX)
+                           beta=beta, epsilon=s["eps_trades"], inner_steps=s["inner_steps"], box=BOX,
+                           defence=defence)
+
+
+def continue_training(settings: dict, seed: int, fit_result, beta: float, defence: str = "trades"):
+    """The continuation check: ``continue_epochs`` more epochs from ``fit_result``'s parameters
+    and optimizer state (constant step, so the same schedule), minibatch order from key ``3000 + seed``."""
+    s = settings
+    x_tr, y_tr, _, _ = split(seed, s["n_train"])
+    return adversarial.fit(fit_result.params, x_tr, y_tr, key=jax.random.key(3000 + seed),
+                           optimizer=optimizer(s["learning_rate"]), n_epochs=s["continue_epochs"],
+                           batch_size=s["batch_size"], beta=beta, epsilon=s["eps_trades"],
+                           inner_steps=s["inner_steps"], box=BOX, defence=defence,
+                           opt_state=fit_result.extras.opt_state)
 
 
 def _pgd(settings, params, x, y, eps):
@@ -125,8 +159,39 @@ def attacked_accuracy(settings: dict, params, x, y, eps: float, attack: str) -> 
 
 
 def _beta(settings, model):
-    """TRADES weight of ``model``: 0 for standard training, the settings' ``beta`` for TRADES."""
+    """TRADES weight of ``model``: 0 for standard training, the settings' ``beta`` for TRADES (unused by
+    ``augment``)."""
     return 0.0 if model == "standard" else settings["beta"]
+
+
+def _defence(model):
+    return "augment" if model == "augment" else "trades"
+
+
+def gradient_attacks(settings: dict, params, x, y) -> dict:
+    r"""§24's two one-step gradient attacks at every step ``k`` of ``grad_k``, projected onto
+    :math:`B_\infty(x, \epsilon)` (``epsilon = eps_trades``) and the pixel box.
+
+    ``untargeted``: the fraction of test images misclassified after
+    :math:`x' = x + k\nabla_x E(f(x), t(x))`; ``targeted``: for every image and
+    every target class :math:`t \ne t(x)`, whether
+    :math:`x' = x - k\nabla_x E(f(x), t)` is classified as :math:`t`, averaged
+    over the 9 targets and the images (the targeted success rate);
+    ``clean_error``: the misclassification rate without attack."""
+    e = settings["eps_trades"]
+    n_cls = int(params.W2.shape[1])
+    untargeted, targeted = [], []
+    for k in settings["grad_k"]:
+        xa = adversarial.gradient_attack(params, x, y, k, epsilon=e, box=BOX)
+        untargeted.append(float(jnp.mean(adversarial.predict(params, xa) != y)))
+        hits = []
+        for shift in range(1, n_cls):
+            tgt = (y + shift) % n_cls
+            xt = adversarial.gradient_attack(params, x, tgt, k, targeted=True, epsilon=e, box=BOX)
+            hits.append(float(jnp.mean(adversarial.predict(params, xt) == tgt)))
+        targeted.append(float(np.mean(hits)))
+    return dict(untargeted=untargeted, targeted=targeted,
+                clean_error=float(jnp.mean(adversarial.predict(params, x) != y)))
 
 
 def _stopped_metrics(settings, params, seed):
@@ -141,7 +206,7 @@ def replay(settings: dict, cell: dict) -> dict:
     """Both models of ``cell`` trained for one epoch: their minibatch losses and test metrics."""
     out = {}
     for m in _MODELS:
-        r = train(settings, cell["seed"], _beta(settings, m), n_epochs=1)
+        r = train(settings, cell["seed"], _beta(settings, m), n_epochs=1, defence=_defence(m))
         out[m] = dict(loss=np.asarray(r.energies)[0], **_stopped_metrics(settings, r.params, cell["seed"]))
     return out
 
@@ -176,14 +241,18 @@ def _cell(settings, cell, progress):
     s, seed = settings, cell["seed"]
     _, _, x_te, y_te = split(seed, s["n_train"])
     result, trace = {}, {}
+    e = s["eps_trades"]
     for m in _MODELS:
-        r = train(s, seed, _beta(s, m))
+        r = train(s, seed, _beta(s, m), defence=_defence(m))
         p = r.params
+        c = continue_training(s, seed, r, _beta(s, m), _defence(m)).params
         result[m] = dict(
             fgsm=[attacked_accuracy(s, p, x_te, y_te, e, "fgsm") for e in s["eps_grid"]],
             pgd=[attacked_accuracy(s, p, x_te, y_te, e, "pgd") for e in s["eps_grid"]],
             epoch_loss=np.asarray(r.energies).mean(axis=1), minimal=_minimal(s, p, x_te, y_te),
-            inner=_monotone(s, p, x_te, seed))
+            inner=_monotone(s, p, x_te, seed), gradient=gradient_attacks(s, p, x_te, y_te),
+            continued=dict(clean=attacked_accuracy(s, c, x_te, y_te, 0.0, "pgd"),
+                           pgd=attacked_accuracy(s, c, x_te, y_te, e, "pgd")))
         trace[m] = np.asarray(r.energies)[0]  # the full run's own first epoch
     fresh = replay(s, cell)
     for m in _MODELS:
@@ -209,6 +278,8 @@ def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
 def summary(doc: dict) -> dict:
     """A stored ``adversarial_digits`` document as arrays over seeds (in order), per model:
     ``fgsm``, ``pgd`` ``(seeds, len(eps_grid))``, ``epoch_loss`` ``(seeds, n_epochs)``,
+    ``untargeted``, ``targeted`` ``(seeds, len(grad_k))``, ``clean_error``, ``continued_clean``,
+    ``continued_pgd`` ``(seeds,)``,
     ``fooled``, ``median``, ``plain_lowers_fraction`` ``(seeds,)``, ``hist`` ``(seeds, bins)``,
     ``bracket``, ``monotone_never_lowers`` ``(seeds,)`` booleans."""
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
@@ -217,6 +288,10 @@ def summary(doc: dict) -> dict:
         rs = [c[m] for c in cells]
         out[m] = dict(fgsm=np.array([r["fgsm"] for r in rs]), pgd=np.array([r["pgd"] for r in rs]),
                       epoch_loss=np.array([r["epoch_loss"] for r in rs]))
+        for k in ("untargeted", "targeted", "clean_error"):
+            out[m][k] = np.array([r["gradient"][k] for r in rs])
+        for k in ("clean", "pgd"):
+            out[m][f"continued_{k}"] = np.array([r["continued"][k] for r in rs])
         for k in ("fooled", "median", "hist", "bracket"):
             out[m][k] = np.array([r["minimal"][k] for r in rs])
         for k in ("plain_lowers_fraction", "monotone_never_lowers"):
@@ -224,6 +299,143 @@ def summary(doc: dict) -> dict:
     return out
 
 
+
+# ---------------------------------------------------------------------------
+# The notes' own model: binary TRADES (§25.1), a beta sweep, and §25's plain adversarial training
+# ---------------------------------------------------------------------------
+
+#: Settings of ``adversarial_binary``: "digit >= 5" (T = 1) against "digit < 5" (T = -1), the binary
+#: score f of §25.1 (one output), 32 hidden units, trained for ``epochs[0]`` epochs, then continued
+#: to ``epochs[1]`` and ``epochs[2]`` (the continuation check), each method from the same start and
+#: minibatch order; robust accuracy under PGD on g(f(x')T) with ``pgd_restarts`` random restarts of
+#: ``pgd_steps`` steps of ``pgd_step_size`` at radius ``eps``; the objective's two terms on the
+#: training set with X' from ``objective_steps`` monotone inner steps of ``eps / 4``.
+#: Fixed before the run: the reported budget is ``epochs[1]``, and its continuation check asks that the
+#: mean over seeds of the change from ``epochs[1]`` to ``epochs[2]`` (twice as long, same constant step)
+#: of clean and of robust accuracy be below ``continuation_delta``, for every method.
+BIN = dict(seeds=list(range(10)), n_hidden=32, epochs=[20, 40, 80], batch_size=50, learning_rate=1e-2,
+           n_train=1200, split_digit=5, eps=0.1, inner_steps=5,
+           betas=[0.0, 0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], pgd_restarts=3, pgd_steps=50,
+           pgd_step_size=0.005, objective_steps=50, continuation_delta=0.02)
+#: The methods of a cell: binary TRADES at every beta of ``BIN["betas"]`` ("beta=0" is standard training),
+#: and plain adversarial training ("augment").
+def binary_methods(settings: dict) -> list[str]:
+    """``["beta=0", "beta=0.25", ..., "augment"]``: the keys of a cell's result."""
+    return [f"beta={b:g}" for b in settings["betas"]] + ["augment"]
+
+
+def binary_split(seed: int, settings: dict = BIN):
+    """``(x_train, T_train, x_test, T_test)``: :func:`split` with labels ``T = 1`` for digits
+    ``>= split_digit`` and ``T = -1`` for the rest."""
+    x_tr, y_tr, x_te, y_te = split(seed, settings["n_train"])
+    d = settings["split_digit"]
+    return x_tr, jnp.where(y_tr >= d, 1, -1), x_te, jnp.where(y_te >= d, 1, -1)
+
+
+def _method_args(method):
+    if method == "augment":
+        return dict(beta=0.0, defence="augment")
+    return dict(beta=float(method.split("=")[1]), defence="trades")
+
+
+def binary_train(settings: dict, seed: int, method: str, n_epochs: int, start=None, key_offset: int = 0):
+    """Train (or, from ``start``, a :class:`~lse_energy.core.FitResult`, continue) one binary network.
+
+    The initialisation is drawn from ``seed`` and the minibatch order from ``1000 + seed + key_offset``."""
+    s = settings
+    x_tr, t_tr, _, _ = binary_split(seed, s)
+    if start is None:
+        p0, st = adversarial.init_params(x_tr.shape[1], s["n_hidden"], 1, key=jax.random.key(seed)), None
+    else:
+        p0, st = start.params, start.extras.opt_state
+    return adversarial.fit(p0, x_tr, t_tr, key=jax.random.key(1000 + seed + key_offset),
+                           optimizer=optimizer(s["learning_rate"]), n_epochs=n_epochs, batch_size=s["batch_size"],
+                           epsilon=s["eps"], inner_steps=s["inner_steps"], box=BOX, opt_state=st,
+                           **_method_args(method))
+
+
+def robust_correct(settings: dict, params, x, t) -> np.ndarray:
+    """Per example: correct (f(x')T > 0) at the end of every one of ``pgd_restarts`` PGD runs on
+    g(f(x')T), each from a uniform random point of the ball (keys ``10000 + r``) and the clean point."""
+    s = settings
+    ok = np.asarray(adversarial.binary_score(params, x) * t > 0)
+    for r in range(s["pgd_restarts"]):
+        a = adversarial.pgd(params, x, t, s["eps"], step_size=s["pgd_step_size"], n_steps=s["pgd_steps"],
+                            key=jax.random.key(10_000 + r), box=BOX)
+        ok &= np.asarray(adversarial.binary_score(params, a.x_adv) * t > 0)
+    return ok
+
+
+def objective_terms(settings: dict, params, x, t, seed: int) -> dict:
+    """The two terms of the notes' joint loss on ``(x, t)``: ``fit`` = mean g(f(X)T) and
+    ``robust`` = mean g(f(X)f(X')), X' from ``objective_steps`` monotone inner steps of ``eps / 4``
+    (a lower bound on the inner maximum); J_beta = fit + beta * robust."""
+    s = settings
+    f = adversarial.binary_score(params, x)
+    xa = adversarial.inner_maximize(params, x, s["eps"], key=jax.random.key(20_000 + seed), step_size=s["eps"] / 4,
+                                    n_steps=s["objective_steps"], box=BOX).x_adv
+    fa = adversarial.binary_score(params, xa)
+    g = adversarial.softplus_surrogate
+    return dict(fit=float(jnp.mean(g(f * t))), robust=float(jnp.mean(g(f * fa))))
+
+
+def _binary_metrics(settings, params, seed):
+    x_tr, t_tr, x_te, t_te = binary_split(seed, settings)
+    f = np.asarray(adversarial.binary_score(params, x_te))
+    return dict(clean=float(np.mean(f * np.asarray(t_te) > 0)),
+                robust=float(np.mean(robust_correct(settings, params, x_te, t_te))),
+                positive=float(np.mean(f > 0)), median_abs_f=float(np.median(np.abs(f))),
+                **objective_terms(settings, params, x_tr, t_tr, seed))
+
+
+_BIN_TRACE = ("beta=1", "beta=6", "augment")
+
+
+def binary_replay(settings: dict, cell: dict) -> dict:
+    """The first epoch's 24 minibatch losses of three methods of ``cell``, trained for one epoch."""
+    return {m: np.asarray(binary_train(settings, cell["seed"], m, 1).energies)[0] for m in _BIN_TRACE}
+
+
+def _binary_cell(settings, cell, progress):
+    del progress
+    s, seed = settings, cell["seed"]
+    x_tr, t_tr, x_te, t_te = binary_split(seed, s)
+    result, trace = dict(train_positive=float(jnp.mean(t_tr > 0)), test_positive=float(jnp.mean(t_te > 0))), {}
+    e0, e1, e2 = s["epochs"]
+    for m in binary_methods(s):
+        r = binary_train(s, seed, m, e0)
+        if m in _BIN_TRACE:
+            trace[m] = np.asarray(r.energies)[0]
+        per = {e0: _binary_metrics(s, r.params, seed)}
+        epoch_loss = [np.asarray(r.energies).mean(axis=1)]
+        for done, extra in ((e0, e1 - e0), (e1, e2 - e1)):
+            r = binary_train(s, seed, m, extra, start=r, key_offset=done)
+            per[done + extra] = _binary_metrics(s, r.params, seed)
+            epoch_loss.append(np.asarray(r.energies).mean(axis=1))
+        result[m] = dict(at={str(k): v for k, v in per.items()}, epoch_loss=np.concatenate(epoch_loss))
+    return dict(result=result, trace=trace)
+
+
+def binary_summary(doc: dict) -> dict:
+    """A stored ``adversarial_binary`` document as arrays over seeds: ``out[method][metric]`` of shape
+    ``(seeds, len(epochs))`` for ``clean``, ``robust``, ``positive``, ``median_abs_f``, ``fit``, ``robust_term``
+    (the second term of the objective), and ``epoch_loss`` ``(seeds, epochs[-1])``; ``out["train_positive"]``,
+    ``out["test_positive"]`` ``(seeds,)``."""
+    s = doc["settings"]
+    cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in s["seeds"]]
+    out = {k: np.array([c[k] for c in cells]) for k in ("train_positive", "test_positive")}
+    for m in binary_methods(s):
+        out[m] = {}
+        for k, stored in (("clean", "clean"), ("robust", "robust"), ("positive", "positive"),
+                          ("median_abs_f", "median_abs_f"), ("fit", "fit"), ("robust_term", "robust")):
+            out[m][k] = np.array([[c[m]["at"][str(e)][stored] for e in s["epochs"]] for c in cells])
+        out[m]["epoch_loss"] = np.array([c[m]["epoch_loss"] for c in cells])
+    return out
+
+
 EXPERIMENTS = [store.Experiment("adversarial_digits", "19_adversarial", ADV,
                                 lambda s: [dict(seed=k) for k in s["seeds"]], _cell, replay, _RTOL, _ATOL,
-                                _REASON)]
+                                _REASON),
+               store.Experiment("adversarial_binary", "19_adversarial", BIN,
+                                lambda s: [dict(seed=k) for k in s["seeds"]], _binary_cell, binary_replay,
+                                _RTOL, _ATOL, _REASON)]
