@@ -21,6 +21,30 @@ about 5 CPU-minutes in all, plus two compilations.
 and train/test accuracies of the full run, beside the logits on the first 8 test
 images of a run stopped after those epochs (same keys: ``jax.random.split`` of
 the shuffling key gives the same first keys for any number of epochs).
+
+**Continuation check** (``gru_digits_continuation``, settings
+:data:`CONTINUATION`, fixed before its run). Issue 33's criterion for "trained
+enough": training twice as long at the final schedule changes the reported
+metric by less than a stated ``delta``. Each cell retrains both models of one
+seed exactly as the stored run did (the same program: the 120-epoch test
+accuracies equal the stored ones), then continues from the epoch-120 parameters
+*and Adam state* for another 120 epochs at the same constant step ``1e-2`` and
+batch size, shuffled by the key ``2000 + seed``; the held-out accuracy is scored
+after each of the epochs 121-240. All ten seeds of the stored run, so that the
+change is a paired per-seed difference on the same seeds.
+``delta = 0.01`` (one point of test accuracy, 6 of 597 images), chosen before
+the run: the check passes when the 95% t interval of the mean change from epoch
+120 to 240 lies inside ``(-delta, delta)``, for each model's accuracy and for
+the paired gap GRU - minGRU. One point is below the stored gap's lower bound
+(1.6 points), so a run that passes cannot have its verdict reversed by training
+longer, and it resolves the 20-epoch gap of about 8 points into its
+under-training part to about an eighth. Cost, measured: one seed's 120 epochs of
+both models take about 43 CPU-seconds (GRU 13, minGRU 30, compilation included),
+so about 80 per cell and 14 CPU-minutes in all.
+Replay trace: both models trained for :data:`REPLAY_EPOCHS` epochs, then
+continued for :data:`REPLAY_EPOCHS` more from that state with the continuation
+key (losses, accuracies of both parts and the logits on the first 8 test images
+after them): the same two calls as the full cell, stopped early.
 """
 
 from __future__ import annotations
@@ -35,13 +59,18 @@ import optax
 from lse_energy import gru
 from lse_energy.experiments import store
 
-__all__ = ["SETTINGS", "REPLAY_EPOCHS", "EXPERIMENTS", "data", "init", "summary"]
+__all__ = ["SETTINGS", "CONTINUATION", "REPLAY_EPOCHS", "EXPERIMENTS", "data", "init", "summary",
+           "continuation_summary"]
 
 #: Settings of the full run (fixed before it).
 SETTINGS = dict(seeds=list(range(10)), n_epochs=120, checkpoint_epoch=90, n_train=1200, split_seed=0,
                 widths=dict(GRU=21, minGRU=75), learning_rate=1e-2, batch_size=64, shuffle_key_offset=1000,
                 method="parallel")
 MODELS = ("GRU", "minGRU")
+#: Settings of the continuation check (fixed before its run): the stored run's settings, continued for
+#: ``extra_epochs`` more epochs from its final parameters and optimizer state; ``delta`` is the check's bound.
+CONTINUATION = dict(base=SETTINGS, seeds=list(range(10)), extra_epochs=120, continuation_key_offset=2000,
+                    delta=0.01)
 #: Epochs in the replay trace.
 REPLAY_EPOCHS = 3
 # Float64 throughout. The replay is the full run's program compiled for a shorter epoch scan (and, in the
@@ -53,6 +82,10 @@ _RTOL, _ATOL = 1e-9, 1e-12
 _REASON = ("float64 round-off of the same training program compiled for 3 epochs instead of 120 (and under "
            "other XLA flags/instruction sets), amplified over 54 Adam steps; measured <= 1e-12 relative; "
            "result-changing edits move the trace by >= 1e-3")
+
+_REASON_CONTINUATION = ("float64 round-off of the same two training calls compiled for 3 + 3 epochs instead of "
+                        "120 + 120 (and under other XLA flags/instruction sets), amplified over 108 Adam steps; "
+                        "measured <= 1e-12 relative; result-changing edits move the trace by >= 1e-3")
 
 
 @functools.lru_cache(maxsize=8)
@@ -121,7 +154,53 @@ def summary(doc: dict) -> dict:
                 for k in ("final", "checkpoint", "loss", "train_accuracy", "test_accuracy")} for m in MODELS}
 
 
+def _continue(settings, model, seed, n_first, n_more, d):
+    """Train ``model`` as the stored run does for ``n_first`` epochs, then ``n_more`` more from that state."""
+    b = settings["base"]
+    first = _fit(b, model, seed, n_first, d)
+    more = gru.fit(first.params, d[0], d[1], key=jax.random.key(settings["continuation_key_offset"] + seed),
+                   optimizer=_adam(b["learning_rate"]), n_epochs=n_more, batch_size=b["batch_size"],
+                   x_eval=d[2], y_eval=d[3], method=b["method"], opt_state=first.extras.opt_state)
+    return first, more
+
+
+def _replay_continuation(settings, cell):
+    d = data(settings["base"])
+    out = {}
+    for m in MODELS:
+        first, more = _continue(settings, m, cell["seed"], REPLAY_EPOCHS, REPLAY_EPOCHS, d)
+        out[m] = dict(first=_curves(first), more=_curves(more),
+                      logits=np.asarray(gru.logits(more.params, d[2][:8])))
+    return out
+
+
+def _cell_continuation(settings, cell, progress):
+    d = data(settings["base"])
+    n = settings["base"]["n_epochs"]
+    result, trace = {}, _replay_continuation(settings, cell)
+    for m in MODELS:
+        first, more = _continue(settings, m, cell["seed"], n, settings["extra_epochs"], d)
+        cur = _curves(more)
+        result[m] = dict(base=float(np.asarray(first.extras.eval_accuracy)[-1]),
+                         final=float(cur["test_accuracy"][-1]), **cur)
+        for k, v in _curves(first).items():  # the full cell's own first epochs
+            trace[m]["first"][k] = v[:REPLAY_EPOCHS]
+    return dict(result=result, trace=trace)
+
+
+def continuation_summary(doc: dict) -> dict:
+    """A stored ``gru_digits_continuation`` document as ``{model: {base, final: (seeds,), loss,
+    train_accuracy, test_accuracy: (seeds, extra_epochs)}}``: ``base`` the test accuracy after the stored
+    run's epochs (recomputed), the curves those of the continued epochs; seeds in the order of the settings."""
+    cells = [doc["cells"][store.cell_key(dict(seed=s))]["result"] for s in doc["settings"]["seeds"]]
+    return {m: {k: np.asarray([c[m][k] for c in cells], dtype=float)
+                for k in ("base", "final", "loss", "train_accuracy", "test_accuracy")} for m in MODELS}
+
+
 EXPERIMENTS = [
     store.Experiment("gru_digits", "15_gru", SETTINGS, lambda s: [dict(seed=k) for k in s["seeds"]], _cell,
                      _replay, _RTOL, _ATOL, _REASON),
+    store.Experiment("gru_digits_continuation", "15_gru", CONTINUATION,
+                     lambda s: [dict(seed=k) for k in s["seeds"]], _cell_continuation, _replay_continuation,
+                     _RTOL, _ATOL, _REASON_CONTINUATION),
 ]
