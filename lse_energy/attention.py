@@ -537,10 +537,10 @@ def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key
     kq, kk, kv, ko = jax.random.split(key, 4)
     a = 1.0 / math.sqrt(d_model)
     return MultiHeadParams(
-        wq=a * jax.random.normal(kq, (n_heads, d_head, d_model)),
-        wk=a * jax.random.normal(kk, (n_heads, d_head, d_model)),
-        wv=a * jax.random.normal(kv, (n_heads, d_head, d_model)),
-        wo=jax.random.normal(ko, (n_heads, d_model, d_head)) / math.sqrt(n_heads * d_head),
+        wq=a * core.random_normal(kq, (n_heads, d_head, d_model)),
+        wk=a * core.random_normal(kk, (n_heads, d_head, d_model)),
+        wv=a * core.random_normal(kv, (n_heads, d_head, d_model)),
+        wo=core.random_normal(ko, (n_heads, d_model, d_head)) / math.sqrt(n_heads * d_head),
     )
 
 

@@ -407,3 +407,19 @@ def test_softmax_average_blocked_path_supports_forward_mode(loose):
     _, t_blocked = jax.jvp(blocked, (q, k, v), tangents)
     _, t_dense = jax.jvp(dense, (q, k, v), tangents)
     np.testing.assert_allclose(t_blocked, t_dense, rtol=1e-10, atol=1e-12)
+
+
+# --- random_normal: jax.random.normal's numbers at a fraction of the compile time
+
+
+@pytest.mark.parametrize("shape", [(), (5,), (4, 3), (2, 3, 4), (2, 3, 4, 5), (3, 0, 2)])
+@pytest.mark.parametrize("dtype", [None, jnp.float32, jnp.float64])
+def test_random_normal_draws_jax_random_normals_numbers(shape, dtype):
+    key = jax.random.key(7)
+    ref = jax.random.normal(key, shape) if dtype is None else jax.random.normal(key, shape, dtype)
+    got = core.random_normal(key, shape, dtype)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+    # a different key gives different numbers (the comparison can fail)
+    if ref.size:
+        assert not np.array_equal(np.asarray(core.random_normal(jax.random.key(8), shape, dtype)), np.asarray(ref))
