@@ -166,3 +166,58 @@ def test_paired_interval_of_the_stored_run_is_students_t():
         np.testing.assert_allclose([m, lo, hi], [v.mean(), ci.low, ci.high], rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="at least 2"):
         ad.mean_interval([1.0])
+
+
+def test_binary_trades_prices_every_decision_boundary():
+    """adv-binary-boundary. (i) Where the score changes sign inside the ball, the inner maximum of
+    g(f(X) f(X')) is at least g(0) = ln 2. (ii) A constant score f = c makes the notes' joint loss
+    pi g(c) + (1 - pi) g(-c) + beta g(c^2) whatever X' is. (iii) Its minimum over c is at most
+    1 + ln 2 + sqrt(ln beta) for beta >= 1, so it grows slower than any beta q ln 2.
+
+    Oracles: (i) bisection in NumPy along the segment from X to a vertex of the ball where the sign
+    differs (found by enumerating the 2^6 vertices); (ii) mpmath at 50 digits; (iii) scipy's bounded
+    scalar minimiser.
+    """
+    from scipy.optimize import minimize_scalar
+
+    rng = np.random.default_rng(33)
+    crossings = 0
+    for _ in range(N_INSTANCES):
+        p, x, _ = random_instance(rng, k=1, n=1)
+        x0, eps = np.asarray(x[0]), rng.uniform(0.05, 0.5)
+        f0 = np_logits(p, x0[None])[0, 0]
+        verts = x0 + eps * VERTICES
+        fv = np_logits(p, verts)[:, 0]
+        other = np.flatnonzero(np.sign(fv) != np.sign(f0))
+        if other.size == 0:
+            continue
+        crossings += 1
+        lo, hi = x0, verts[other[0]]
+        for _ in range(200):  # bisection for the boundary on the segment (inside the convex ball)
+            mid = 0.5 * (lo + hi)
+            if np.sign(np_logits(p, mid[None])[0, 0]) == np.sign(f0):
+                lo = mid
+            else:
+                hi = mid
+        assert np.max(np.abs(hi - x0)) <= eps + 1e-12
+        best = max(np.logaddexp(0.0, -f0 * np_logits(p, z[None])[0, 0]) for z in (lo, hi))
+        assert best >= np.log(2.0) - 1e-12
+    assert crossings >= 20
+    g = jax.jit(adv.binary_trades_loss)
+    for _ in range(N_INSTANCES):
+        c, beta, n = rng.normal(0, 3), rng.uniform(0, 10), int(rng.integers(2, 12))
+        t = rng.choice([-1, 1], n)
+        p = adv.Params(W1=jnp.asarray(rng.normal(size=(D, H))), b1=jnp.asarray(rng.normal(size=H)),
+                       W2=jnp.zeros((H, 1)), b2=jnp.asarray([c]))
+        x, xa = jnp.asarray(rng.uniform(0, 1, (n, D))), jnp.asarray(rng.uniform(0, 1, (n, D)))
+        pi = mpmath.mpf(int(np.sum(t == 1))) / n
+        gm = lambda u: mpmath.log(1 + mpmath.exp(-u))  # noqa: E731
+        mc = mpmath.mpf(c)
+        ref = pi * gm(mc) + (1 - pi) * gm(-mc) + beta * gm(mc * mc)
+        np.testing.assert_allclose(float(g(p, x, jnp.asarray(t), xa, beta)), float(ref), rtol=1e-12)
+    for _ in range(N_INSTANCES):
+        pi, beta = rng.uniform(0.01, 0.99), 10 ** rng.uniform(0, 6)
+        res = minimize_scalar(lambda c: pi * np.logaddexp(0, -c) + (1 - pi) * np.logaddexp(0, c)
+                              + beta * np.logaddexp(0, -c * c), bounds=(0, 50), method="bounded",
+                              options={"xatol": 1e-10})
+        assert res.fun <= 1 + np.log(2) + np.sqrt(np.log(beta)) + 1e-9

@@ -362,21 +362,21 @@ def robust_correct(settings: dict, params, x, t) -> np.ndarray:
     for r in range(s["pgd_restarts"]):
         a = adversarial.pgd(params, x, t, s["eps"], step_size=s["pgd_step_size"], n_steps=s["pgd_steps"],
                             key=jax.random.key(10_000 + r), box=BOX)
-        ok &= np.asarray(adversarial.binary_score(params, a.x_adv) * t > 0)
+        ok = ok & np.asarray(adversarial.binary_score(params, a.x_adv) * t > 0)
     return ok
 
 
 def objective_terms(settings: dict, params, x, t, seed: int) -> dict:
-    """The two terms of the notes' joint loss on ``(x, t)``: ``fit`` = mean g(f(X)T) and
-    ``robust`` = mean g(f(X)f(X')), X' from ``objective_steps`` monotone inner steps of ``eps / 4``
-    (a lower bound on the inner maximum); J_beta = fit + beta * robust."""
+    """The two terms of the notes' joint loss on ``(x, t)``: ``fit_term`` = mean g(f(X)T) and
+    ``robust_term`` = mean g(f(X)f(X')), X' from ``objective_steps`` monotone inner steps of ``eps / 4``
+    (a lower bound on the inner maximum); J_beta = fit_term + beta * robust_term."""
     s = settings
     f = adversarial.binary_score(params, x)
     xa = adversarial.inner_maximize(params, x, s["eps"], key=jax.random.key(20_000 + seed), step_size=s["eps"] / 4,
                                     n_steps=s["objective_steps"], box=BOX).x_adv
     fa = adversarial.binary_score(params, xa)
     g = adversarial.softplus_surrogate
-    return dict(fit=float(jnp.mean(g(f * t))), robust=float(jnp.mean(g(f * fa))))
+    return dict(fit_term=float(jnp.mean(g(f * t))), robust_term=float(jnp.mean(g(f * fa))))
 
 
 def _binary_metrics(settings, params, seed):
@@ -418,17 +418,16 @@ def _binary_cell(settings, cell, progress):
 
 def binary_summary(doc: dict) -> dict:
     """A stored ``adversarial_binary`` document as arrays over seeds: ``out[method][metric]`` of shape
-    ``(seeds, len(epochs))`` for ``clean``, ``robust``, ``positive``, ``median_abs_f``, ``fit``, ``robust_term``
-    (the second term of the objective), and ``epoch_loss`` ``(seeds, epochs[-1])``; ``out["train_positive"]``,
+    ``(seeds, len(epochs))`` for ``clean``, ``robust``, ``positive``, ``median_abs_f``, ``fit_term`` and
+    ``robust_term`` (the objective's two terms), and ``epoch_loss`` ``(seeds, epochs[-1])``; ``out["train_positive"]``,
     ``out["test_positive"]`` ``(seeds,)``."""
     s = doc["settings"]
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in s["seeds"]]
     out = {k: np.array([c[k] for c in cells]) for k in ("train_positive", "test_positive")}
     for m in binary_methods(s):
         out[m] = {}
-        for k, stored in (("clean", "clean"), ("robust", "robust"), ("positive", "positive"),
-                          ("median_abs_f", "median_abs_f"), ("fit", "fit"), ("robust_term", "robust")):
-            out[m][k] = np.array([[c[m]["at"][str(e)][stored] for e in s["epochs"]] for c in cells])
+        for k in ("clean", "robust", "positive", "median_abs_f", "fit_term", "robust_term"):
+            out[m][k] = np.array([[c[m]["at"][str(e)][k] for e in s["epochs"]] for c in cells])
         out[m]["epoch_loss"] = np.array([c[m]["epoch_loss"] for c in cells])
     return out
 
