@@ -65,7 +65,7 @@ import optax
 from lse_energy import adversarial
 from lse_energy.experiments import store
 
-__all__ = ["ADV", "BIN", "BOX", "EXPERIMENTS", "SIZE_KEYS", "digits", "split", "optimizer", "train",
+__all__ = ["ADV", "BIN", "BOX", "GRAD", "gradient_summary", "EXPERIMENTS", "SIZE_KEYS", "digits", "split", "optimizer", "train",
            "continue_training", "gradient_attacks", "attacked_accuracy", "mean_interval", "summary",
            "binary_methods", "binary_split", "binary_train", "robust_correct", "objective_terms",
            "binary_replay", "binary_summary"]
@@ -73,8 +73,11 @@ __all__ = ["ADV", "BIN", "BOX", "EXPERIMENTS", "SIZE_KEYS", "digits", "split", "
 #: Settings of the full run. ``eps_grid`` are the attack radii (``L_inf``, pixel range 1).
 ADV = dict(seeds=list(range(10)), n_hidden=64, n_epochs=60, batch_size=50, learning_rate=1e-2, n_train=1200,
            eps_grid=[0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2], pgd_steps=20, eps_trades=0.1, beta=6.0,
-           inner_steps=5, min_eps_max=0.5, n_bisect=30, hist_bins=40, mono_steps=10,
-           grad_k=[0.01, 0.1, 1.0, 10.0, 100.0], continue_epochs=60)
+           inner_steps=5, min_eps_max=0.5, n_bisect=30, hist_bins=40, mono_steps=10)
+#: Settings of ``adversarial_gradient``: the networks of :data:`ADV` (same sizes, same seeds' splits,
+#: initialisations and minibatch orders, so the same networks) for the first five seeds, attacked by
+#: §24's one-step gradient attacks at every step ``grad_k``, and continued for ``continue_epochs``.
+GRAD = dict(ADV, seeds=list(range(5)), grad_k=[0.01, 0.1, 1.0, 10.0, 100.0], continue_epochs=60)
 #: The settings a live (reduced) run may change; every other setting is the full run's.
 SIZE_KEYS = ("seeds", "n_hidden", "n_epochs", "pgd_steps")
 #: Pixel box of the digits.
@@ -242,23 +245,59 @@ def _cell(settings, cell, progress):
     s, seed = settings, cell["seed"]
     _, _, x_te, y_te = split(seed, s["n_train"])
     result, trace = {}, {}
-    e = s["eps_trades"]
     for m in _MODELS:
-        r = train(s, seed, _beta(s, m), defence=_defence(m))
+        r = train(s, seed, _beta(s, m))
         p = r.params
-        c = continue_training(s, seed, r, _beta(s, m), _defence(m)).params
         result[m] = dict(
             fgsm=[attacked_accuracy(s, p, x_te, y_te, e, "fgsm") for e in s["eps_grid"]],
             pgd=[attacked_accuracy(s, p, x_te, y_te, e, "pgd") for e in s["eps_grid"]],
             epoch_loss=np.asarray(r.energies).mean(axis=1), minimal=_minimal(s, p, x_te, y_te),
-            inner=_monotone(s, p, x_te, seed), gradient=gradient_attacks(s, p, x_te, y_te),
-            continued=dict(clean=attacked_accuracy(s, c, x_te, y_te, 0.0, "pgd"),
-                           pgd=attacked_accuracy(s, c, x_te, y_te, e, "pgd")))
+            inner=_monotone(s, p, x_te, seed))
         trace[m] = np.asarray(r.energies)[0]  # the full run's own first epoch
     fresh = replay(s, cell)
     for m in _MODELS:
         fresh[m]["loss"] = trace[m]
     return dict(result=result, trace=fresh)
+
+
+def _gradient_cell(settings, cell, progress):
+    del progress
+    s, seed = settings, cell["seed"]
+    _, _, x_te, y_te = split(seed, s["n_train"])
+    e = s["eps_trades"]
+    result, trace = {}, {}
+    for m in _MODELS:
+        r = train(s, seed, _beta(s, m))
+        p = r.params
+        c = continue_training(s, seed, r, _beta(s, m)).params
+        result[m] = dict(
+            gradient=gradient_attacks(s, p, x_te, y_te),
+            clean=attacked_accuracy(s, p, x_te, y_te, 0.0, "pgd"), pgd=attacked_accuracy(s, p, x_te, y_te, e, "pgd"),
+            continued=dict(clean=attacked_accuracy(s, c, x_te, y_te, 0.0, "pgd"),
+                           pgd=attacked_accuracy(s, c, x_te, y_te, e, "pgd")))
+        trace[m] = np.asarray(r.energies)[0]
+    return dict(result=result, trace=trace)
+
+
+def _gradient_replay(settings, cell):
+    """Both models of ``cell`` trained for one epoch: their 24 minibatch losses."""
+    return {m: np.asarray(train(settings, cell["seed"], _beta(settings, m), n_epochs=1).energies)[0]
+            for m in _MODELS}
+
+
+def gradient_summary(doc: dict) -> dict:
+    """A stored ``adversarial_gradient`` document as arrays over seeds, per model: ``untargeted``,
+    ``targeted`` ``(seeds, len(grad_k))``; ``clean_error``, ``clean``, ``pgd``, ``continued_clean``,
+    ``continued_pgd`` ``(seeds,)``."""
+    cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
+    out = {}
+    for m in _MODELS:
+        rs = [c[m] for c in cells]
+        out[m] = {k: np.array([r["gradient"][k] for r in rs]) for k in ("untargeted", "targeted", "clean_error")}
+        for k in ("clean", "pgd"):
+            out[m][k] = np.array([r[k] for r in rs])
+            out[m][f"continued_{k}"] = np.array([r["continued"][k] for r in rs])
+    return out
 
 
 def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
@@ -279,8 +318,6 @@ def mean_interval(values, level: float = 0.95) -> tuple[float, float, float]:
 def summary(doc: dict) -> dict:
     """A stored ``adversarial_digits`` document as arrays over seeds (in order), per model:
     ``fgsm``, ``pgd`` ``(seeds, len(eps_grid))``, ``epoch_loss`` ``(seeds, n_epochs)``,
-    ``untargeted``, ``targeted`` ``(seeds, len(grad_k))``, ``clean_error``, ``continued_clean``,
-    ``continued_pgd`` ``(seeds,)``,
     ``fooled``, ``median``, ``plain_lowers_fraction`` ``(seeds,)``, ``hist`` ``(seeds, bins)``,
     ``bracket``, ``monotone_never_lowers`` ``(seeds,)`` booleans."""
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
@@ -289,10 +326,6 @@ def summary(doc: dict) -> dict:
         rs = [c[m] for c in cells]
         out[m] = dict(fgsm=np.array([r["fgsm"] for r in rs]), pgd=np.array([r["pgd"] for r in rs]),
                       epoch_loss=np.array([r["epoch_loss"] for r in rs]))
-        for k in ("untargeted", "targeted", "clean_error"):
-            out[m][k] = np.array([r["gradient"][k] for r in rs])
-        for k in ("clean", "pgd"):
-            out[m][f"continued_{k}"] = np.array([r["continued"][k] for r in rs])
         for k in ("fooled", "median", "hist", "bracket"):
             out[m][k] = np.array([r["minimal"][k] for r in rs])
         for k in ("plain_lowers_fraction", "monotone_never_lowers"):
@@ -314,7 +347,7 @@ def summary(doc: dict) -> dict:
 #: Fixed before the run: the reported budget is ``epochs[1]``, and its continuation check asks that the
 #: mean over seeds of the change from ``epochs[1]`` to ``epochs[2]`` (twice as long, same constant step)
 #: of clean and of robust accuracy be below ``continuation_delta``, for every method.
-BIN = dict(seeds=list(range(5)), n_hidden=32, epochs=[20, 40, 80], batch_size=50, learning_rate=1e-2,
+BIN = dict(seeds=list(range(3)), n_hidden=32, epochs=[20, 40, 80], batch_size=50, learning_rate=1e-2,
            n_train=1200, split_digit=5, eps=0.1, inner_steps=5,
            betas=[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 6.0], pgd_restarts=3, pgd_steps=50,
            pgd_step_size=0.005, objective_steps=50, continuation_delta=0.02)
@@ -436,6 +469,9 @@ def binary_summary(doc: dict) -> dict:
 EXPERIMENTS = [store.Experiment("adversarial_digits", "19_adversarial", ADV,
                                 lambda s: [dict(seed=k) for k in s["seeds"]], _cell, replay, _RTOL, _ATOL,
                                 _REASON),
+               store.Experiment("adversarial_gradient", "19_adversarial", GRAD,
+                                lambda s: [dict(seed=k) for k in s["seeds"]], _gradient_cell, _gradient_replay,
+                                _RTOL, _ATOL, _REASON),
                store.Experiment("adversarial_binary", "19_adversarial", BIN,
                                 lambda s: [dict(seed=k) for k in s["seeds"]], _binary_cell, binary_replay,
                                 _RTOL, _ATOL, _REASON)]
