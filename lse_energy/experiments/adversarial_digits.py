@@ -1,7 +1,7 @@
 r"""Full-size runs of chapter 19: attacks on, and adversarial training of, digits classifiers.
 
-Two registered experiments, one cell per training seed. A seed fixes the random
-1200/597 train/test split of scikit-learn's digits (pixels scaled to
+Three registered experiments, one cell per training seed. A seed fixes the
+random 1200/597 train/test split of scikit-learn's digits (pixels scaled to
 ``[0, 1]``), the initialisation and the minibatch order.
 
 ``adversarial_digits`` (:data:`ADV`), ten classes. In each cell two
@@ -12,9 +12,6 @@ ball of radius ``eps_trades``). For both it stores:
 
 * test accuracy under FGSM and under PGD at every radius of ``eps_grid``
   (``pgd_steps`` steps of ``eps / 4``), radius 0 being the clean accuracy;
-* §24's one-step gradient attacks at every step ``k`` of ``grad_k``, projected
-  onto the ball of radius ``eps_trades``: the untargeted misclassification rate
-  and the targeted success rate over all 9 targets (:func:`gradient_attacks`);
 * the minimal FGSM-direction perturbation of every test image (bisection):
   the fraction fooled within ``min_eps_max``, the median over correctly
   classified images and their histogram, and whether the bisection's bracket
@@ -22,34 +19,42 @@ ball of radius ``eps_trades``). For both it stores:
 * the inner KL maximisation with and without accept-if-improves on the test
   set (``mono_steps`` steps of ``eps_trades / 2``): whether the monotone one
   ever lowered the KL, and the fraction of images on which plain ascent did;
-* the mean training loss of every epoch, and the continuation check: clean
-  and PGD accuracy at ``eps_trades`` after ``continue_epochs`` more epochs at
-  the same (constant) step (:func:`continue_training`).
+* the mean training loss of every epoch (for the plateau criterion of
+  :func:`lse_energy.experiments.full_runs.plateau`).
+
+``adversarial_gradient`` (:data:`GRAD`): the same networks for the first five
+seeds (same settings, split, initialisation and batches), attacked by §24's
+one-step gradient attacks at every step of ``grad_k``, projected onto the ball
+of radius ``eps_trades`` (:func:`gradient_attacks`: the untargeted
+misclassification rate and the targeted success rate over all 9 targets), and
+the continuation check: clean and PGD accuracy after ``continue_epochs`` more
+epochs at the same constant step (:func:`continue_training`).
 
 ``adversarial_binary`` (:data:`BIN`), the notes' own model of §25.1: the binary
 score :math:`f` with labels :math:`T = \pm 1` ("digit >= 5"), trained on
 :math:`g(f(X)T) + \beta\, g(f(X)f(X'))` at every beta of a sweep (beta = 0 is
-standard training) and by plain adversarial training, each for 20 epochs and
-continued to 40 and 80 (the continuation check). At each of the three budgets:
-clean accuracy, robust accuracy under PGD with random restarts
-(:func:`robust_correct`), the share of test digits with :math:`f > 0` (1 or 0:
-a constant classifier), the median :math:`|f|`, and the two terms of the
-objective on the training set (:func:`objective_terms`).
+standard training) and by plain adversarial training (§25's first line), each
+for 20 epochs and continued to 40 and 80 (the continuation check). At each of
+the three budgets: clean accuracy, robust accuracy under PGD with random
+restarts (:func:`robust_correct`), the share of test digits with :math:`f > 0`
+(1 or 0: a constant classifier), the median :math:`|f|`, and the two terms of
+the objective on the training set (:func:`objective_terms`).
 
 **Size.** ``adversarial_digits`` keeps the settings the chapter announced as
 its full size (10 seeds, 64 hidden units, 60 epochs, 20 PGD steps), fixed before
-the run; ``adversarial_binary`` takes the independent reader's settings (32
-hidden units, 20 epochs, ``eps = 0.1``, PGD with 3 restarts of 50 steps) over 5
-seeds, plus the two continuations: 5 seeds, not 10, because the run had to fit
-the shared 2-core machine's budget; the collapse it decides is the same on every
-seed. A cell takes seconds once compiled. The chapter runs one seed live at a
-reduced size.
+the run. ``adversarial_binary`` takes the independent reader's settings (32
+hidden units, 20 epochs, ``eps = 0.1``, PGD with 3 restarts of 50 steps) plus
+the two continuations, over 3 seeds; ``adversarial_gradient`` uses 5 of the 10
+seeds. Both were sized so that they could finish on a shared, heavily loaded
+2-core machine; the chapter says which verdicts this size decides. A cell takes
+seconds once compiled. The chapter runs one seed live at a reduced size.
 
-**Replay trace.** ``adversarial_digits``: for every model, the 24 minibatch
+**Replay traces.** ``adversarial_digits``: for both models, the 24 minibatch
 losses of the first epoch of the full run, next to the test cross-entropy
 (clean, and under PGD at ``eps_trades``) of the same run stopped after that
-epoch (``replay``). ``adversarial_binary``: the first epoch's minibatch losses
-of beta = 1, beta = 6 and plain adversarial training (``binary_replay``).
+epoch (``replay``). ``adversarial_gradient``: the first epoch's minibatch
+losses of both models. ``adversarial_binary``: the first epoch's minibatch
+losses of beta = 1, beta = 6 and plain adversarial training (``binary_replay``).
 """
 
 from __future__ import annotations
