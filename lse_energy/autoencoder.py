@@ -152,7 +152,7 @@ def init_params(d: int, k: int, *, key: Array, scale: float = 0.1, dtype=None) -
     dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {dtype}")
-    W = (scale / math.sqrt(d)) * jax.random.normal(key, (k, d), dtype)
+    W = (scale / math.sqrt(d)) * core.random_normal(key, (k, d), dtype)
     return Params(W, jnp.zeros((k,), dtype), jnp.zeros((d,), dtype))
 
 

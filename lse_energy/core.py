@@ -454,15 +454,32 @@ def graph_gradient(terms: Sequence[EnergyTerm], nodes) -> Array:
 
 
 def random_normal(key: jax.Array, shape: Sequence[int], dtype=None) -> jax.Array:
-    """``jax.random.normal(key, shape, dtype)``: the same numbers, drawn flat and reshaped.
+    """``jax.random.normal(key, shape, dtype)``: the same numbers, compiled once per size class.
 
-    JAX's counter-based generator numbers the entries of ``shape`` in row-major
-    order, so a flat draw reshaped is the same array (``tests/test_core.py``
-    asserts it). It compiles several times faster: XLA on CPU spends seconds
-    compiling the generator for a 3-D or 4-D shape, a fraction of that for 1-D.
+    JAX's default generator (threefry, partitionable) gives entry ``i`` of a
+    draw the ``i``-th number of the key's stream, in row-major order, whatever
+    the shape. So the first ``prod(shape)`` numbers of a flat draw of any
+    larger size, reshaped, are the same array (``tests/test_core.py`` asserts
+    it). Drawing a power-of-two size and slicing lets every size up to it
+    share one compiled generator: XLA on CPU spends about half a second
+    compiling one for each new shape (seconds for a 3-D or 4-D one), which
+    dominates chapters that draw many small arrays. Other generators are
+    called as they are.
     """
     shape = tuple(int(n) for n in shape)
     size = int(np.prod(shape, dtype=np.int64))
-    if dtype is None:
-        return jax.random.normal(key, (size,)).reshape(shape)
-    return jax.random.normal(key, (size,), dtype).reshape(shape)
+    args = () if dtype is None else (dtype,)
+    if size == 0 or not _prefix_stable(key):
+        return jax.random.normal(key, shape, *args)
+    bucket = 1 << max(4, (size - 1).bit_length())
+    return jax.random.normal(key, (bucket,), *args)[:size].reshape(shape)
+
+
+def _prefix_stable(key) -> bool:
+    """Whether a draw's numbers do not depend on its size (typed threefry keys, partitionable)."""
+    if not jax.config.jax_threefry_partitionable:
+        return False
+    try:
+        return str(jax.random.key_impl(key)) == "threefry2x32"
+    except (TypeError, ValueError):
+        return False

@@ -190,7 +190,7 @@ def init_params(sizes, *, key: Array, weight_scale: float = 1.0) -> Params:
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
     keys = jax.random.split(key, len(sizes) - 1)
     Ws = tuple(
-        weight_scale / np.sqrt(sizes[l]) * jax.random.normal(keys[l], (sizes[l + 1], sizes[l]), dtype)
+        weight_scale / np.sqrt(sizes[l]) * core.random_normal(keys[l], (sizes[l + 1], sizes[l]), dtype)
         for l in range(len(sizes) - 1)
     )
     bs = tuple(jnp.zeros((sizes[l + 1],), dtype) for l in range(len(sizes) - 1))

@@ -76,7 +76,7 @@ class Model(NamedTuple):
 
 
 def _n(key, i, shape, scale=1.0):
-    return scale * jax.random.normal(jax.random.fold_in(key, i), shape, jnp.result_type(float))
+    return scale * core.random_normal(jax.random.fold_in(key, i), shape, jnp.result_type(float))
 
 
 def _spd(key, i, K, d):

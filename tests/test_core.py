@@ -412,7 +412,7 @@ def test_softmax_average_blocked_path_supports_forward_mode(loose):
 # --- random_normal: jax.random.normal's numbers at a fraction of the compile time
 
 
-@pytest.mark.parametrize("shape", [(), (5,), (4, 3), (2, 3, 4), (2, 3, 4, 5), (3, 0, 2)])
+@pytest.mark.parametrize("shape", [(), (5,), (16,), (17,), (4, 3), (2, 3, 4), (2, 3, 4, 5), (3, 0, 2), (33, 31)])
 @pytest.mark.parametrize("dtype", [None, jnp.float32, jnp.float64])
 def test_random_normal_draws_jax_random_normals_numbers(shape, dtype):
     key = jax.random.key(7)
@@ -423,3 +423,19 @@ def test_random_normal_draws_jax_random_normals_numbers(shape, dtype):
     # a different key gives different numbers (the comparison can fail)
     if ref.size:
         assert not np.array_equal(np.asarray(core.random_normal(jax.random.key(8), shape, dtype)), np.asarray(ref))
+
+
+@pytest.mark.parametrize("make_key", [lambda: jax.random.PRNGKey(3), lambda: jax.random.key(3, impl="rbg")],
+                         ids=["raw-threefry", "rbg"])
+def test_random_normal_matches_for_other_keys(make_key):
+    # a raw uint32 threefry key shares the padded draw; another generator is called as it is
+    for shape in [(7,), (3, 5), (2, 2, 3)]:
+        np.testing.assert_array_equal(np.asarray(core.random_normal(make_key(), shape)),
+                                      np.asarray(jax.random.normal(make_key(), shape)))
+
+
+def test_random_normal_under_jit_and_vmap():
+    keys = jax.random.split(jax.random.key(4), 3)
+    got = jax.jit(jax.vmap(lambda k: core.random_normal(k, (5, 3))))(keys)
+    ref = jax.vmap(lambda k: jax.random.normal(k, (5, 3)))(keys)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
