@@ -137,10 +137,19 @@ class FitExtras(NamedTuple):
         before its update (``0`` where the generator is not trained).
       opt_state: ``(discriminator state, generator state)`` of the two
         optimizers, to continue training with another call.
+      generator_grad_norm: ``(n_steps,)`` the Euclidean norm of
+        :math:`\nabla_\varphi` of that loss over all generator parameters,
+        the gradient the update used (``0`` where the generator is not trained).
+      fake_prob: ``(n_steps,)`` the mean of :math:`D(G(z_m))` over the
+        generator's minibatch, before its update: below 1/2 the discriminator
+        rejects the fakes on average, where the minimax loss saturates
+        (``0`` where the generator is not trained).
     """
 
     generator_loss: Array
     opt_state: Any
+    generator_grad_norm: Array
+    fake_prob: Array
 
 
 class Coverage(NamedTuple):
@@ -529,16 +538,18 @@ def _fit(params, data, key, opt_state, d_optimizer, g_optimizer, n_steps, batch_
         if train_generator:
             z = jax.random.normal(kg, (batch_size, noise_dim), dtype)
             g_val, g = jax.value_and_grad(lambda ph: _g_loss(p._replace(generator=ph), z, kind))(p.generator)
+            g_norm = jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
+            d_fake = jnp.mean(jax.nn.sigmoid(_logit(p, _forward(p.generator, z))))
             upd, gs = g_optimizer.update(g, gs, p.generator)
             p = p._replace(generator=jax.tree.map(jnp.add, p.generator, upd))
         else:
-            g_val = jnp.zeros((), dtype)
+            g_val = g_norm = d_fake = jnp.zeros((), dtype)
         _progress.tick(i, n_steps, report_every)
-        return (p, (ds, gs)), (d_losses[-1], g_val)
+        return (p, (ds, gs)), (d_losses[-1], g_val, g_norm, d_fake)
 
-    (p, opt_state), (d_trace, g_trace) = jax.lax.scan(
+    (p, opt_state), (d_trace, g_trace, n_trace, f_trace) = jax.lax.scan(
         step, (params, opt_state), (jnp.arange(n_steps), jax.random.split(key, n_steps)))
-    return p, d_trace, FitExtras(g_trace, opt_state)
+    return p, d_trace, FitExtras(g_trace, opt_state, n_trace, f_trace)
 
 
 def fit(params: Params, data, *, key, d_optimizer, g_optimizer, n_steps: int, batch_size: int = 128,

@@ -45,12 +45,21 @@ import optax
 from lse_energy import gan
 from lse_energy.experiments import store
 
-__all__ = ["GAN", "SIZE_KEYS", "REPLAY_STEPS", "EXPERIMENTS", "ring", "train_seed", "rate_interval", "summary"]
+__all__ = ["GAN", "LOSSES", "SIZE_KEYS", "REPLAY_STEPS", "EXPERIMENTS", "ring", "train_seed", "eval_grad_norms",
+           "rate_interval", "summary", "summary_losses", "replay_losses"]
 
 #: Settings of the full run.
 GAN = dict(seeds=list(range(40)), n_modes=8, radius=2.0, std=0.05, n_data=10_000, n_eval=2000, hidden=64,
            learning_rate=1e-3, b1=0.5, batch_size=128, chunk=500, n_chunks=12, generator_loss="non_saturating",
            n_std=3.0, min_fraction=0.02, keep_samples=300)
+#: Settings of the side-by-side run of the two generator losses: the full run's, but 20 seeds of 4000
+#: steps, each trained with both losses (a cell is a seed and a loss), after a head start of ``head_start``
+#: steps in which the discriminator alone trains against the initial generator (so that it rejects the
+#: fakes, the condition of the saturation proposition). The first chunk's per-step generator gradient norms
+#: and mean D(G(z)) are stored as means over blocks of ``early_block`` steps, for this run and for the first
+#: chunk without head start.
+LOSSES = dict({k: v for k, v in GAN.items() if k != "generator_loss"}, seeds=list(range(20)),
+              n_chunks=8, generator_losses=list(gan.GENERATOR_LOSSES), head_start=500, early_block=25)
 #: The settings a live (reduced) run may change; every other setting is the full run's.
 SIZE_KEYS = ("seeds", "n_chunks")
 #: Length of the replay trace.
@@ -91,8 +100,24 @@ def _init(settings, seed):
                            discriminator_hidden=(h, h))
 
 
+def _head_key(seed):
+    return jax.random.fold_in(jax.random.key(14), seed)
+
+
 def _chunk_key(seed, c):
     return jax.random.fold_in(jax.random.fold_in(jax.random.key(12), seed), c)
+
+
+def _head_start(settings, seed, data):
+    """``(params, opt_state)`` to start from: the initial ones, or (with ``head_start`` > 0) after that many
+    steps of the discriminator alone against the initial generator, with key ``fold_in(key(14), seed)``."""
+    p = _init(settings, seed)
+    if not settings.get("head_start", 0):
+        return p, None
+    opt = optimizer(settings)
+    r = gan.fit(p, data, key=_head_key(seed), d_optimizer=opt, g_optimizer=opt, n_steps=settings["head_start"],
+                batch_size=settings["batch_size"], train_generator=False)
+    return r.params, r.extras.opt_state
 
 
 def _fit(settings, params, data, key, n_steps, opt_state=None):
@@ -112,8 +137,9 @@ def train_seed(settings: dict, seed: int) -> dict:
     losses of the first chunk)."""
     s = settings
     centers, data, noise = ring(s)
-    p, state = _init(s, seed), None
-    out = dict(covered=[], high_quality=[], counts=[], samples=[], d_loss=[], g_loss=[])
+    p, state = _head_start(s, seed, data)
+    out = dict(covered=[], high_quality=[], counts=[], samples=[], d_loss=[], g_loss=[], grad_norm=[],
+               fake_prob=[], eval_grad_norms=[], eval_fake_prob=[])
 
     def record(p):
         x = gan.generate(p, noise)
@@ -122,21 +148,42 @@ def train_seed(settings: dict, seed: int) -> dict:
         out["high_quality"].append(float(cov.high_quality))
         out["counts"].append(np.asarray(cov.counts))
         out["samples"].append(np.asarray(x))
+        out["eval_grad_norms"].append(np.asarray(eval_grad_norms(p, noise)))
+        out["eval_fake_prob"].append(float(jnp.mean(gan.discriminate(p, x))))
 
     record(p)
     for c in range(s["n_chunks"]):
         r = _fit(s, p, data, _chunk_key(seed, c), s["chunk"], state)
         p, state = r.params, r.extras.opt_state
         d, g = np.asarray(r.energies), np.asarray(r.extras.generator_loss)
+        gn, fp = np.asarray(r.extras.generator_grad_norm), np.asarray(r.extras.fake_prob)
         if c == 0:
             out["first"] = dict(d_loss=d[:REPLAY_STEPS], g_loss=g[:REPLAY_STEPS])
+            out["first_chunk"] = dict(grad_norm=gn, fake_prob=fp)
         out["d_loss"].append(float(d.mean()))
         out["g_loss"].append(float(g.mean()))
+        out["grad_norm"].append(float(gn.mean()))
+        out["fake_prob"].append(float(fp.mean()))
         record(p)
-    res = {k: np.asarray(v) for k, v in out.items() if k != "first"}
+    res = {k: np.asarray(v) for k, v in out.items() if k not in ("first", "first_chunk")}
     res["steps"] = np.arange(s["n_chunks"] + 1) * s["chunk"]
-    res["first"] = out.get("first")
+    res["first"], res["first_chunk"] = out.get("first"), out.get("first_chunk")
     return res
+
+
+@jax.jit
+def _eval_grad_norms(params, noise):
+    def norm(kind):
+        g = jax.grad(lambda ph: gan._g_loss(params._replace(generator=ph), noise, kind))(params.generator)
+        return jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
+
+    return jnp.stack([norm(kind) for kind in gan.GENERATOR_LOSSES])
+
+
+def eval_grad_norms(params, noise) -> jax.Array:
+    r"""``(2,)``: :math:`\|\nabla_\varphi L_G\|` of the non-saturating and the minimax generator loss
+    (order of ``gan.GENERATOR_LOSSES``) at the same ``params``, on the evaluation ``noise``."""
+    return _eval_grad_norms(params, jnp.asarray(noise))
 
 
 def replay(settings: dict, cell: dict) -> dict:
@@ -182,5 +229,76 @@ def summary(doc: dict) -> dict:
     return out
 
 
-EXPERIMENTS = [store.Experiment("gan_ring", "21_gans", GAN, lambda s: [dict(seed=k) for k in s["seeds"]], _cell,
-                                replay, _RTOL, _ATOL, _REASON)]
+def _blocks(v, b):
+    v = np.asarray(v)
+    return v.reshape(-1, b).mean(axis=1)
+
+
+def replay_losses(settings: dict, cell: dict) -> dict:
+    """The head start and the first :data:`REPLAY_STEPS` steps of ``cell`` (a seed and a generator loss):
+    the losses, the generator gradient norms, and the mean sample on the evaluation noise."""
+    s = dict(settings, generator_loss=cell["loss"])
+    _, data, noise = ring(s)
+    p, state = _head_start(s, cell["seed"], data)
+    r = _fit(s, p, data, _chunk_key(cell["seed"], 0), REPLAY_STEPS, state)
+    return dict(d_loss=np.asarray(r.energies), g_loss=np.asarray(r.extras.generator_loss),
+                grad_norm=np.asarray(r.extras.generator_grad_norm),
+                sample_mean=np.asarray(jnp.mean(gan.generate(r.params, noise), axis=0)))
+
+
+def _cell_losses(settings, cell, progress):
+    del progress
+    seed, b = cell["seed"], settings["early_block"]
+    s = dict(settings, generator_loss=cell["loss"])
+    h = train_seed(s, seed)
+    # the same seed and loss without the head start (gan_ring's setting), first chunk only
+    _, data, _ = ring(s)
+    r = _fit(s, _init(s, seed), data, _chunk_key(seed, 0), s["chunk"])
+    early = h["first_chunk"]
+    result = dict(steps=h["steps"], covered=h["covered"], high_quality=h["high_quality"], counts=h["counts"],
+                  d_loss=h["d_loss"], g_loss=h["g_loss"], grad_norm=h["grad_norm"], fake_prob=h["fake_prob"],
+                  eval_grad_norms=h["eval_grad_norms"], eval_fake_prob=h["eval_fake_prob"],
+                  samples=np.round(h["samples"][-1][:s["keep_samples"]], 4),
+                  early_steps=np.arange(s["chunk"] // b) * b,
+                  early_grad_norm=_blocks(early["grad_norm"], b), early_fake_prob=_blocks(early["fake_prob"], b),
+                  balanced_early_grad_norm=_blocks(r.extras.generator_grad_norm, b),
+                  balanced_early_fake_prob=_blocks(r.extras.fake_prob, b),
+                  balanced_first_d_loss=np.asarray(r.energies)[:REPLAY_STEPS])
+    trace = replay_losses(settings, cell)
+    trace.update(h["first"], grad_norm=early["grad_norm"][:REPLAY_STEPS])  # the full run's own first steps
+    return dict(result=result, trace=trace)
+
+
+_LOSS_FIELDS = ("covered", "high_quality", "counts", "d_loss", "g_loss", "samples", "grad_norm", "fake_prob",
+                "eval_grad_norms", "eval_fake_prob", "early_grad_norm", "early_fake_prob",
+                "balanced_early_grad_norm", "balanced_early_fake_prob", "balanced_first_d_loss")
+
+
+def summary_losses(doc: dict) -> dict:
+    """A stored ``gan_ring_losses`` document as ``{loss: {field: array}}``, seeds (in order) on the first
+    axis of every array: the fields of :func:`summary`, and ``grad_norm``, ``fake_prob`` ``(seeds, n_chunks)``
+    (chunk means), ``eval_grad_norms`` ``(seeds, checkpoints, 2)`` (both losses' gradient norms at this run's
+    checkpoints, order of ``gan.GENERATOR_LOSSES``), ``eval_fake_prob`` ``(seeds, checkpoints)``,
+    ``early_grad_norm``, ``early_fake_prob`` and their ``balanced_`` versions (no head start)
+    ``(seeds, blocks)``, ``balanced_first_d_loss`` ``(seeds, REPLAY_STEPS)``; and ``steps``, ``early_steps``."""
+    s = doc["settings"]
+    out = {}
+    for loss in s["generator_losses"]:
+        cells = [doc["cells"][store.cell_key(dict(seed=k, loss=loss))]["result"] for k in s["seeds"]]
+        out[loss] = {k: np.array([c[k] for c in cells]) for k in _LOSS_FIELDS}
+        out[loss]["steps"] = np.asarray(cells[0]["steps"])
+        out[loss]["early_steps"] = np.asarray(cells[0]["early_steps"])
+    return out
+
+
+def _seeds(s):
+    return [dict(seed=k) for k in s["seeds"]]
+
+
+def _seed_losses(s):
+    return [dict(seed=k, loss=loss) for k in s["seeds"] for loss in s["generator_losses"]]
+
+
+EXPERIMENTS = [store.Experiment("gan_ring", "21_gans", GAN, _seeds, _cell, replay, _RTOL, _ATOL, _REASON),
+               store.Experiment("gan_ring_losses", "21_gans", LOSSES, _seed_losses, _cell_losses, replay_losses,
+                                _RTOL, _ATOL, _REASON)]
