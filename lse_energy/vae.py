@@ -79,6 +79,7 @@ __all__ = [
     "init_prior",
     "iwae",
     "iwae_bound",
+    "iwae_loss",
     "linear_gaussian_log_marginal",
     "linear_gaussian_log_weights",
     "linear_gaussian_posterior",
@@ -148,7 +149,8 @@ class FitExtras(NamedTuple):
     Attributes:
       opt_state: optimizer state, to continue training with another call.
       kl: ``(n_epochs, n_batches)`` mean KL term per example of each minibatch
-        (closed form for the standard prior, a one-sample estimate for a mixture).
+        (closed form for the standard prior, a one-sample estimate for a mixture; with
+        ``n_samples = K > 1`` the mean over the :math:`K` samples of :math:`\ln q - \ln p(z)`).
     """
 
     opt_state: Any
@@ -507,6 +509,37 @@ def _loss_terms(params, x, eps, decoder, obs_scale, beta):
     return rec + beta * kl, kl
 
 
+def _iwae_loss_terms(params, x, eps, decoder, obs_scale):
+    mu, logvar = _encode(params, x)                                           # as _log_weights
+    z = mu + eps * jnp.exp(0.5 * logvar)                                      # (K, N, d_z)
+    log_q = -0.5 * jnp.sum(eps**2 + logvar + _LOG_2PI, axis=-1)
+    lp = _log_std_normal(z) if params.prior is None else core.logsumexp(_prior_sim(params.prior, z))
+    lw = _log_likelihood(_decode(params, z), x, decoder, obs_scale) + lp - log_q  # (K, N)
+    iw = core.logsumexp(lw.T[:, None, :])[:, 0] - math.log(eps.shape[0])
+    return -jnp.mean(iw), jnp.mean(log_q - lp)
+
+
+def iwae_loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float = 1.0) -> Array:
+    r"""The importance-weighted training loss: :math:`-\frac1N\sum_n [\mathrm{LSE}_k\,\ell_{kn} - \ln K]`.
+
+    ``eps`` of shape ``(K, N, d_z)``: :math:`K` reparameterised codes per example
+    (:func:`log_weights`); the loss is minus the batch mean of one draw of
+    :math:`\mathrm{IWAE}_K` (:func:`iwae_bound`), the book's log-sum-exp energy over the
+    samples, per example. Its gradient weights each sample's gradient by its
+    softmax weight :math:`\tilde w_k = e^{\ell_k}/\sum_j e^{\ell_j}` (Burda et al., 2016).
+    With :math:`K = 1` it is the one-sample ELBO estimate (with a sampled, not
+    closed-form, KL term).
+
+    Returns:
+      Scalar.
+    """
+    params = _check_params(params)
+    decoder = _check_decoder(decoder)
+    x = _check_x(x, params.enc_W.shape[0])
+    eps = _check_eps(eps, x.shape[0], params.mu_W.shape[1])
+    return _iwae_loss_terms(params, x, eps, decoder, _validate.positive("obs_scale", obs_scale))[0]
+
+
 def loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float = 1.0, beta: float = 1.0) -> Array:
     r"""The training loss of §21: mean over the batch of :math:`-\mathbb E_q[\ln p(x|z)] + \beta\,\mathrm{KL}`.
 
@@ -532,16 +565,22 @@ def loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float
 # ---------------------------------------------------------------------------
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "decoder"))
-def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, beta):
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "decoder", "n_samples"))
+def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, beta, n_samples):
     n_batches = x.shape[0] // batch_size
     d_z = params.mu_W.shape[1]
 
     def step(carry, data):
         p, s = carry
         xb, k = data
-        eps = jax.random.normal(k, (batch_size, d_z), x.dtype)
-        (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale, beta)
+        if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
+            eps = jax.random.normal(k, (batch_size, d_z), x.dtype)
+            (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale,
+                                                                               beta)
+        else:  # -IWAE_K
+            eps = jax.random.normal(k, (n_samples, batch_size, d_z), x.dtype)
+            (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder,
+                                                                                    obs_scale)
         updates, s = optimizer.update(grads, s, p)
         return (jax.tree.map(jnp.add, p, updates), s), (value, kl)
 
@@ -556,7 +595,7 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
 
 
 def fit(params: Params, x, *, key, optimizer: Any, n_epochs: int, batch_size: int, decoder: str = "bernoulli",
-        obs_scale: float = 1.0, beta: float = 1.0, opt_state=None) -> core.FitResult:
+        obs_scale: float = 1.0, beta: float = 1.0, n_samples: int = 1, opt_state=None) -> core.FitResult:
     r"""Train a VAE by the procedure of §21: encode, sample :math:`z = \mu + \epsilon\odot\sigma`, KL, decode,
     reconstruction loss, a gradient step on the combined loss (:func:`loss`).
 
@@ -576,12 +615,15 @@ def fit(params: Params, x, *, key, optimizer: Any, n_epochs: int, batch_size: in
       decoder: ``"bernoulli"`` or ``"gaussian"``.
       obs_scale: the Gaussian decoder's :math:`\sigma` (ignored by the Bernoulli decoder).
       beta: weight of the KL term (1: the ELBO).
+      n_samples: :math:`K`. With 1 (the default) the loss is §21's one-sample ELBO
+        (:func:`loss`); with :math:`K > 1` it is :math:`-\mathrm{IWAE}_K` (:func:`iwae_loss`,
+        :math:`K` codes per example per step), and ``beta`` must be 1.
       opt_state: state from a previous call, or ``None``.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``,
       ``(n_epochs, n_batches)``, the minibatch loss before each step (the negative ELBO per
-      example when ``beta = 1``); ``n_iter = n_epochs``; ``converged = None``; ``extras`` a
+      example when ``beta = 1``, :math:`-\mathrm{IWAE}_K` when ``n_samples = K > 1``); ``n_iter = n_epochs``; ``converged = None``; ``extras`` a
       :class:`FitExtras`.
 
     Raises:
@@ -600,11 +642,14 @@ def fit(params: Params, x, *, key, optimizer: Any, n_epochs: int, batch_size: in
     if batch_size > x.shape[0]:
         raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
     obs_scale = jnp.asarray(_validate.positive("obs_scale", obs_scale), x.dtype)
+    n_samples = _validate.count("n_samples", n_samples)
+    if n_samples > 1 and beta != 1:
+        raise ValueError(f"beta must be 1 with n_samples = {n_samples} > 1 (the IWAE objective); got {beta}")
     beta = jnp.asarray(_validate.positive("beta", beta), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)
     p, s, values, kls = _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale,
-                                 beta)
+                                 beta, n_samples)
     out = core.FitResult(p, values, n_epochs, None, FitExtras(s, kls))
     _validate.require_finite("vae.fit", out, steps=values, hint="lower the optimizer's learning rate")
     return out
