@@ -232,6 +232,50 @@ def test_opt_state_continues_and_sgd_is_a_gradient_step():
                                jax.flatten_util.ravel_pytree(expected)[0], rtol=1e-12)
 
 
+def _mlp_np_free(mlp, x):
+    """The MLP written out again (tanh hidden layers, linear output), not through the package."""
+    for w, b in zip(mlp.weights[:-1], mlp.biases[:-1]):
+        x = jnp.tanh(x @ w + b)
+    return x @ mlp.weights[-1] + mlp.biases[-1]
+
+
+@pytest.mark.parametrize("kind", gan.GENERATOR_LOSSES)
+def test_one_generator_step_with_frozen_discriminator_is_gradient_descent(kind):
+    """The generator learns: with the discriminator frozen (its optimizer ``sgd(0)``) one step of ``fit``
+    with ``g_optimizer=sgd(kappa)`` is phi <- phi - kappa grad_phi L_G, the gradient by ``jax.grad`` of L_G
+    written here from its definition (-ln D(G(z)) or ln(1 - D(G(z))), D = 1 / (1 + e^-a)), on the noise
+    ``fit`` draws for that step. A sign error in the generator's update or loss fails here: the step is
+    ~1e-2 against a tolerance of 1e-12."""
+    p, data = small_problem()
+    p = p._replace(generator=gan.init_mlp((2, 6, 5, 2), key=jax.random.key(8)))
+    kappa, batch, key = 0.3, 16, jax.random.key(7)
+    r = gan.fit(p, data, key=key, d_optimizer=optax.sgd(0.0), g_optimizer=optax.sgd(kappa), n_steps=1,
+                batch_size=batch, generator_loss=kind)
+    # fit's noise for the generator step of step 0: split(key, n_steps)[0], split in two, the second half
+    z = jax.random.normal(jax.random.split(jax.random.split(key, 1)[0])[1], (batch, 2), jnp.float64)
+
+    def loss_g(phi):
+        d = 1.0 / (1.0 + jnp.exp(-_mlp_np_free(p.discriminator, _mlp_np_free(phi, z))[:, 0]))
+        return jnp.mean(-jnp.log(d)) if kind == "non_saturating" else jnp.mean(jnp.log1p(-d))
+
+    grad = jax.grad(loss_g)(p.generator)
+    want = jax.flatten_util.ravel_pytree(jax.tree.map(lambda a, g: a - kappa * g, p.generator, grad))[0]
+    got = jax.flatten_util.ravel_pytree(r.params.generator)[0]
+    start = jax.flatten_util.ravel_pytree(p.generator)[0]
+    assert float(jnp.max(jnp.abs(want - start))) > 1e-3  # the step is far above the tolerance
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+    # the discriminator was frozen: unchanged to the bit
+    np.testing.assert_array_equal(jax.flatten_util.ravel_pytree(r.params.discriminator)[0],
+                                  jax.flatten_util.ravel_pytree(p.discriminator)[0])
+    # the step lowers L_G (a small step of gradient descent), and fit's records of it
+    assert float(loss_g(r.params.generator)) < float(loss_g(p.generator))
+    np.testing.assert_allclose(r.extras.generator_loss[0], loss_g(p.generator), rtol=1e-12)
+    np.testing.assert_allclose(r.extras.generator_grad_norm[0],
+                               np.linalg.norm(jax.flatten_util.ravel_pytree(grad)[0]), rtol=1e-12)
+    d_fake = 1.0 / (1.0 + np.exp(-np_forward(p.discriminator, np_forward(p.generator, z))[:, 0]))
+    np.testing.assert_allclose(r.extras.fake_prob[0], d_fake.mean(), rtol=1e-12)
+
+
 def test_fit_diverges_loudly():
     """Linear discriminator and affine generator with a huge step: the weights overflow, fit raises."""
     data = gan.sample_mixture(gan.ring_centers(4, 1.0), 0.1, 64, key=jax.random.key(5))

@@ -52,14 +52,14 @@ __all__ = ["GAN", "LOSSES", "SIZE_KEYS", "REPLAY_STEPS", "EXPERIMENTS", "ring", 
 GAN = dict(seeds=list(range(40)), n_modes=8, radius=2.0, std=0.05, n_data=10_000, n_eval=2000, hidden=64,
            learning_rate=1e-3, b1=0.5, batch_size=128, chunk=500, n_chunks=12, generator_loss="non_saturating",
            n_std=3.0, min_fraction=0.02, keep_samples=300)
-#: Settings of the side-by-side run of the two generator losses: the full run's, but 20 seeds of 4000
-#: steps, each trained with both losses (a cell is a seed and a loss), after a head start of ``head_start``
-#: steps in which the discriminator alone trains against the initial generator (so that it rejects the
-#: fakes, the condition of the saturation proposition). The first chunk's per-step generator gradient norms
-#: and mean D(G(z)) are stored as means over blocks of ``early_block`` steps, for this run and for the first
-#: chunk without head start.
-LOSSES = dict({k: v for k, v in GAN.items() if k != "generator_loss"}, seeds=list(range(20)),
-              n_chunks=8, generator_losses=list(gan.GENERATOR_LOSSES), head_start=500, early_block=25)
+#: Settings of the side-by-side run of the two generator losses: the full run's, but 10 seeds of 1000
+#: steps (sized to this session's compute), each trained with both losses (a cell is a seed and a loss), after
+#: a head start of ``head_start`` steps in which the discriminator alone trains against the initial generator
+#: (so that it rejects the fakes, the condition of the saturation proposition). The first chunk's per-step
+#: generator gradient norms and mean D(G(z)) are stored as means over blocks of ``early_block`` steps, for this
+#: run and for the first ``balanced_steps`` steps of a run without the head start (gan_ring's setting).
+LOSSES = dict({k: v for k, v in GAN.items() if k != "generator_loss"}, seeds=list(range(10)), n_chunks=2,
+              generator_losses=list(gan.GENERATOR_LOSSES), head_start=500, early_block=25, balanced_steps=100)
 #: The settings a live (reduced) run may change; every other setting is the full run's.
 SIZE_KEYS = ("seeds", "n_chunks")
 #: Length of the replay trace.
@@ -251,9 +251,9 @@ def _cell_losses(settings, cell, progress):
     seed, b = cell["seed"], settings["early_block"]
     s = dict(settings, generator_loss=cell["loss"])
     h = train_seed(s, seed)
-    # the same seed and loss without the head start (gan_ring's setting), first chunk only
+    # the same seed and loss without the head start (gan_ring's setting), its first balanced_steps steps
     _, data, _ = ring(s)
-    r = _fit(s, _init(s, seed), data, _chunk_key(seed, 0), s["chunk"])
+    r = _fit(s, _init(s, seed), data, _chunk_key(seed, 0), s["balanced_steps"])
     early = h["first_chunk"]
     result = dict(steps=h["steps"], covered=h["covered"], high_quality=h["high_quality"], counts=h["counts"],
                   d_loss=h["d_loss"], g_loss=h["g_loss"], grad_norm=h["grad_norm"], fake_prob=h["fake_prob"],
@@ -262,8 +262,7 @@ def _cell_losses(settings, cell, progress):
                   early_steps=np.arange(s["chunk"] // b) * b,
                   early_grad_norm=_blocks(early["grad_norm"], b), early_fake_prob=_blocks(early["fake_prob"], b),
                   balanced_early_grad_norm=_blocks(r.extras.generator_grad_norm, b),
-                  balanced_early_fake_prob=_blocks(r.extras.fake_prob, b),
-                  balanced_first_d_loss=np.asarray(r.energies)[:REPLAY_STEPS])
+                  balanced_early_fake_prob=_blocks(r.extras.fake_prob, b))
     trace = replay_losses(settings, cell)
     trace.update(h["first"], grad_norm=early["grad_norm"][:REPLAY_STEPS])  # the full run's own first steps
     return dict(result=result, trace=trace)
@@ -271,7 +270,7 @@ def _cell_losses(settings, cell, progress):
 
 _LOSS_FIELDS = ("covered", "high_quality", "counts", "d_loss", "g_loss", "samples", "grad_norm", "fake_prob",
                 "eval_grad_norms", "eval_fake_prob", "early_grad_norm", "early_fake_prob",
-                "balanced_early_grad_norm", "balanced_early_fake_prob", "balanced_first_d_loss")
+                "balanced_early_grad_norm", "balanced_early_fake_prob")
 
 
 def summary_losses(doc: dict) -> dict:
@@ -279,8 +278,9 @@ def summary_losses(doc: dict) -> dict:
     axis of every array: the fields of :func:`summary`, and ``grad_norm``, ``fake_prob`` ``(seeds, n_chunks)``
     (chunk means), ``eval_grad_norms`` ``(seeds, checkpoints, 2)`` (both losses' gradient norms at this run's
     checkpoints, order of ``gan.GENERATOR_LOSSES``), ``eval_fake_prob`` ``(seeds, checkpoints)``,
-    ``early_grad_norm``, ``early_fake_prob`` and their ``balanced_`` versions (no head start)
-    ``(seeds, blocks)``, ``balanced_first_d_loss`` ``(seeds, REPLAY_STEPS)``; and ``steps``, ``early_steps``."""
+    ``early_grad_norm``, ``early_fake_prob`` ``(seeds, blocks)`` and their ``balanced_`` versions (no head
+    start, the first ``balanced_steps`` steps) ``(seeds, balanced_steps // early_block)``; and ``steps``,
+    ``early_steps``."""
     s = doc["settings"]
     out = {}
     for loss in s["generator_losses"]:
