@@ -32,6 +32,7 @@ Array = jax.Array
 
 __all__ = [
     "random_normal",
+    "prefix_stable",
     "energy",
     "weights",
     "logsumexp",
@@ -469,14 +470,20 @@ def random_normal(key: jax.Array, shape: Sequence[int], dtype=None) -> jax.Array
     shape = tuple(int(n) for n in shape)
     size = int(np.prod(shape, dtype=np.int64))
     args = () if dtype is None else (dtype,)
-    if size == 0 or not _prefix_stable(key):
+    if size == 0 or not prefix_stable(key):
         return jax.random.normal(key, shape, *args)
     bucket = 1 << max(4, (size - 1).bit_length())
     return jax.random.normal(key, (bucket,), *args)[:size].reshape(shape)
 
 
-def _prefix_stable(key) -> bool:
-    """Whether a draw's numbers do not depend on its size (typed threefry keys, partitionable)."""
+def prefix_stable(key) -> bool:
+    """Whether ``key``'s draws number their entries independently of the draw's size.
+
+    True for JAX's default generator (threefry, partitionable), typed or raw
+    keys: then ``jax.random.normal(key, (n,))`` is the first ``n`` entries of
+    ``jax.random.normal(key, (m,))`` for any ``m >= n``, and likewise for
+    ``jax.random.split``.
+    """
     if not jax.config.jax_threefry_partitionable:
         return False
     try:

@@ -655,6 +655,22 @@ def _cd_gradient(W, b, c, v, key, k):
 _cd_gradient_jit = jax.jit(_cd_gradient, static_argnames=("k",))
 
 
+@partial(jax.jit, static_argnames=("n_keys",))
+def _cd_gradient_any_k(W, b, c, v, key, k, n_keys):
+    # _cd_gradient with k a traced count: the sweeps use the first k of n_keys split keys,
+    # which are split(key, k) for a prefix-stable generator, so every k <= n_keys shares
+    # one compilation.
+    keys = jax.random.split(key, n_keys)
+
+    def body(i, x):
+        return _gibbs_step(W, b, c, x, keys[i])[0]
+
+    vk = jax.lax.fori_loop(0, k, body, v)
+    pos = _free_energy_grad_params(W, c, v)
+    neg = _free_energy_grad_params(W, c, jax.lax.stop_gradient(vk))
+    return jax.tree_util.tree_map(lambda n_, p_: n_ - p_, neg, pos)
+
+
 def cd_gradient(params: Params, v, k: int = 1, *, key) -> Params:
     r"""CD-k estimate of the log-likelihood gradient (ascent direction), §23.8.
 
@@ -682,6 +698,8 @@ def cd_gradient(params: Params, v, k: int = 1, *, key) -> Params:
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
     k = _check_int(k, "k", 1)
+    if core.prefix_stable(key):
+        return _cd_gradient_any_k(W, b, c, v, key, k, n_keys=max(64, 1 << (k - 1).bit_length()))
     return _cd_gradient_jit(W, b, c, v, key, k)
 
 
