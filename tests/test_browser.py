@@ -6,7 +6,7 @@ page in the table of contents is loaded in Chromium. For each page we assert
 that the math is typeset (no TeX left as text), every image loads, no cell shows
 a traceback, the page logs no JavaScript error, no proposition is cited as
 "Proposition Proposition", nothing is loaded from a CDN and every internal link
-resolves; a full-page screenshot goes to ``_build/screenshots/``. At 1280 px no
+resolves; a full-page and a first-screen screenshot go to ``_build/screenshots/``. At 1280 px no
 image is shown much smaller than it was drawn, every image of a chapter has
 alt text and sits in a numbered, captioned figure, and no code or output box
 scrolls sideways in the column; narrowed to 400 px, no page scrolls sideways
@@ -209,6 +209,9 @@ def _page_report(browser, path):
         report["figures"] = tab.evaluate(IMAGE_REPORT)
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         tab.screenshot(path=str(SCREENSHOTS / f"{path.stem}.png"), full_page=True)
+        # What a reader sees first: the full-page capture above leaves out the sticky
+        # navigation and contents columns, which this viewport capture shows.
+        tab.screenshot(path=str(SCREENSHOTS / f"{path.stem}_viewport.png"))
         report["phone"] = _at_phone_width(tab)
         tab.close()
         _REPORTS[key] = report
