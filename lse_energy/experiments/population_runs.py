@@ -32,7 +32,8 @@ import numpy as np
 from lse_energy import lif, population
 from lse_energy.experiments import store
 
-__all__ = ["SCALING", "EXPERIMENTS", "scaling_errors", "scaling_summary", "reference_sigma", "slopes"]
+__all__ = ["SCALING", "EXPERIMENTS", "scaling_errors", "scaling_summary", "reference_sigma", "slopes",
+           "mean_kernel", "ridge_prediction", "ridge_equivalent"]
 
 #: Settings of ``population_scaling``.
 SCALING = dict(seeds=list(range(20)), sizes=[8, 16, 32, 64, 128, 256, 512, 1024], n_points=201,
@@ -120,6 +121,89 @@ def scaling_summary(doc: dict, fit_from: int | None = None) -> dict:
         out[k] = dict(errors=e, slopes=sl, mean=float(sl.mean()), ci=(float(sl.mean() - half),
                       float(sl.mean() + half)), range=(float(sl.min()), float(sl.max())))
     return out
+
+
+@functools.partial(jax.jit, static_argnames=("n_chunks", "chunk", "n_points"))
+def _mean_kernel(key, n_chunks, chunk, n_points):
+    xs = _stimuli(n_points)
+
+    def one(k):
+        h = population.activities(population.init_params(1, chunk, key=k), xs, lif.rate)
+        return h @ h.T
+
+    keys = jax.random.split(key, n_chunks)
+    return jax.lax.map(one, keys).sum(0) / (n_chunks * chunk)
+
+
+def mean_kernel(s: dict, n_neurons: int = 32768, key: int = 999, chunk: int = 2048) -> np.ndarray:
+    r"""The population-limit kernel :math:`\bar K = \mathbb E[h h^\top]` on the stimulus grid.
+
+    Estimated from ``n_neurons`` neurons drawn independently of the stored run (``key``), in
+    chunks of ``chunk``; ``(n_points, n_points)``.
+    """
+    return np.asarray(_mean_kernel(jax.random.key(key), n_neurons // chunk, chunk, s["n_points"]))
+
+
+def ridge_prediction(s: dict, sizes, kernel: np.ndarray) -> dict:
+    r"""Deterministic-equivalent prediction of the distortion and the noise term at each size.
+
+    The run's decoder is ridge regression on :math:`N` i.i.d. neurons with penalty
+    :math:`\lambda = M\sigma^2`. With :math:`\hat S = HH^\top/N` (an average of :math:`N`
+    i.i.d. terms of mean :math:`\bar K`), :math:`\lambda' = \lambda/N`, the distortion is
+    :math:`\|\lambda'(\hat S + \lambda')^{-1}x\|/\sqrt M` and the noise term
+    :math:`\sigma\|D\|` with :math:`\|D\|^2 = x^\top[(\hat S+\lambda')^{-1}
+    - \lambda'(\hat S+\lambda')^{-2}]x/N`. The deterministic equivalent of the resolvent of a
+    sample second-moment matrix replaces :math:`\lambda'(\hat S+\lambda')^{-1}` by
+    :math:`\kappa(\bar K+\kappa)^{-1}`, where :math:`\kappa > \lambda'` solves
+    :math:`\kappa\,(1 - \mathrm{df}_1(\kappa)/N) = \lambda'`,
+    :math:`\mathrm{df}_1 = \mathrm{tr}\,\bar K(\bar K+\kappa)^{-1}`; differentiating in
+    :math:`\lambda'` (with :math:`\kappa' = 1/(1 - \mathrm{df}_2/N)`,
+    :math:`\mathrm{df}_2 = \mathrm{tr}\,\bar K^2(\bar K+\kappa)^{-2}`) gives the squared terms:
+
+    .. math::
+        \mathrm{dist}^2 \approx \tfrac1M\, x^\top\bigl[(\kappa - \lambda'\kappa')(\bar K+\kappa)^{-1}
+            + \lambda'\kappa\kappa'(\bar K+\kappa)^{-2}\bigr]x, \qquad
+        \|D\|^2 \approx \tfrac{\kappa'}{N}\, x^\top \bar K(\bar K+\kappa)^{-2} x .
+
+    With :math:`\kappa = \lambda'`, :math:`\kappa' = 1` (the population limit, :math:`\hat S = \bar K`)
+    they reduce to plugging the mean kernel into the formulas; ``plugin`` gives those values too.
+
+    Returns ``distortion``, ``noise`` and ``plugin_distortion``, ``plugin_noise`` (arrays over ``sizes``),
+    and ``kappa_ratio`` (:math:`\kappa/\lambda'`).
+    """
+    xs = np.asarray(_stimuli(s["n_points"]))
+    sigma = reference_sigma(s)
+    out = ridge_equivalent(kernel, xs, len(xs) * sigma**2, sizes)
+    for k in ("noise", "plugin_noise"):
+        out[k] = sigma * out[k]
+    return out
+
+
+def ridge_equivalent(kernel, target, lam: float, sizes) -> dict:
+    r"""The formulas of :func:`ridge_prediction` for any kernel ``(M, M)``, target ``(M,)`` and penalty.
+
+    Returns ``distortion`` (RMS over the ``M`` points), ``noise`` (:math:`\|D\|_F`, without the
+    factor :math:`\sigma`), their ``plugin_`` versions and ``kappa_ratio``, arrays over ``sizes``.
+    """
+    from scipy.optimize import brentq
+
+    target = np.asarray(target, dtype=float)
+    m = len(target)
+    w, u = np.linalg.eigh(np.asarray(kernel, dtype=float))
+    w = np.clip(w, 0.0, None)
+    c2 = (u.T @ target) ** 2
+    out = {k: [] for k in ("distortion", "noise", "plugin_distortion", "plugin_noise", "kappa_ratio")}
+    for n in np.asarray(sizes, dtype=float):
+        lp = lam / n
+        kap = brentq(lambda k: k * (1.0 - np.sum(w / (w + k)) / n) - lp, lp, lp + np.sum(w) + 1.0)
+        kp = 1.0 / (1.0 - np.sum(w**2 / (w + kap) ** 2) / n)
+        d2 = np.sum(((kap - lp * kp) / (w + kap) + lp * kap * kp / (w + kap) ** 2) * c2) / m
+        out["distortion"].append(np.sqrt(d2))
+        out["noise"].append(np.sqrt(kp / n * np.sum(w / (w + kap) ** 2 * c2)))
+        out["plugin_distortion"].append(np.sqrt(np.sum((lp / (w + lp)) ** 2 * c2) / m))
+        out["plugin_noise"].append(np.sqrt(np.sum(w / (w + lp) ** 2 * c2) / n))
+        out["kappa_ratio"].append(kap / lp)
+    return {k: np.asarray(v) for k, v in out.items()}
 
 
 EXPERIMENTS = [
