@@ -320,3 +320,277 @@ def _run(keys, model, n_steps, batch, lr, weight_decay, d, n_tokens, chain, x0_h
         return params, losses, jnp.mean((_predict(model, params, x) - y) ** 2), jnp.var(y), weights
 
     return jax.vmap(one)(keys)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The expanding task (Fig. 3) as the authors' code defines it
+# ---------------------------------------------------------------------------------------------------------------
+
+#: The models of the authors' Fig. 3 code: one-head self-attention without the query itself, and their
+#: expanding attention (:func:`predict_fig3`).
+FIG3_MODELS = ("self", "expanding")
+
+
+class Fig3Task(NamedTuple):
+    r"""One draw of the authors' Fig. 3 task (their ``data_expanding.AutoRegression`` with two chain tokens).
+
+    Attributes:
+      w_y: ``(d,)``, the readout :math:`w`, entries :math:`\mathcal N(1, 1)`; :math:`y = w^\top x_0`.
+      a: ``(d, d)``, entries :math:`\mathcal U[0, 1)`; the query is ``x_0 @ a + noise``.
+    """
+
+    w_y: Array
+    a: Array
+
+
+def make_fig3_task(d: int = 10, *, key) -> Fig3Task:
+    r"""Draw :math:`w \sim \mathcal N(1, I)` and :math:`A \sim \mathcal U[0, 1)^{d \times d}` (as :func:`make_task`)."""
+    t = make_task(d, key=key)
+    return Fig3Task(w_y=t.w_y, a=t.a)
+
+
+def _check_p(p):
+    if not 0 < float(p) < 1:
+        raise ValueError(f"p must lie strictly between 0 and 1; got {p!r}")
+
+
+def sample_fig3(task: Fig3Task, n: int, batch: int, p, *, key, x0_high: float = 2.0, noise: float = 0.1):
+    r"""A batch of sequences of the authors' Fig. 3 task.
+
+    ``n - 2`` noise tokens :math:`\mathcal N(0, \sigma^2 I)`, the informative token
+    :math:`x_0 \sim \mathcal U[0, s)^d` and the query :math:`x_1 = A^\top x_0 + \epsilon`
+    (their row vectors: ``x_0 @ a``), :math:`\epsilon \sim \mathcal N(0, \sigma^2 I)`, always last;
+    :math:`y = w^\top x_0`. :math:`x_0` sits :math:`\min(G + 1, n - 1)` tokens before the query,
+    :math:`G \sim \mathrm{Geo}(p)` on :math:`\{1, 2, \dots\}` (NumPy's ``geometric``): at least one noise
+    token lies between them, and a draw past the start of the sequence puts :math:`x_0` first.
+    Their sizes: :math:`s = 2`, :math:`\sigma = 0.1`.
+
+    Returns:
+      ``(x, y, dist)``: ``x (batch, n, d)``, ``y (batch,)`` and ``dist (batch,)``, the distance of
+      :math:`x_0` from the query (``x[:, n - 1 - dist]`` is :math:`x_0`).
+    """
+    n, batch = _validate.count("n", n, 3), _validate.count("batch", batch, 1)
+    _check_p(p)
+    x0_high, noise = _validate.positive("x0_high", x0_high), _validate.positive("noise", noise)
+    return _sample_fig3(task, key, n, batch, jnp.asarray(p, task.a.dtype), x0_high, noise)
+
+
+@partial(jax.jit, static_argnums=(2, 3, 5, 6))
+def _sample_fig3(task, key, n, batch, p, x0_high, noise):
+    d = task.a.shape[0]
+    dtype = task.a.dtype
+    k0, kz, kg = jax.random.split(key, 3)
+    z = noise * jax.random.normal(kz, (batch, n, d), dtype)
+    x0 = x0_high * jax.random.uniform(k0, (batch, d), dtype)
+    u = 1.0 - jax.random.uniform(kg, (batch,), dtype)  # in (0, 1]
+    gap = jnp.floor(jnp.log(u) / jnp.log1p(-p)) + 1.0  # Geo(p) on {1, 2, ...} by inversion
+    dist = jnp.minimum(gap + 1.0, n - 1).astype(jnp.int32)
+    rows = jnp.arange(batch)
+    x = z.at[:, -1].set(x0 @ task.a + z[:, -1]).at[rows, n - 1 - dist].set(x0)
+    return x, x0 @ task.w_y, dist
+
+
+def fig3_target_variance(task: Fig3Task, x0_high: float = 2.0) -> Array:
+    r""":math:`\mathrm{Var}(y) = \|w\|^2 s^2 / 12` (:math:`x_0` uniform on :math:`[0, s)^d`)."""
+    return task.w_y @ task.w_y * x0_high ** 2 / 12.0
+
+
+def ridge_floor(task: Fig3Task, weight_decay: float = 2.0, x0_high: float = 2.0) -> float:
+    r"""The MSE of the best readout of :math:`x_0` alone under their coupled weight decay, in closed form.
+
+    Adam with coupled weight decay :math:`\lambda` follows the gradient of
+    :math:`\mathbb E(\hat y - y)^2 + \tfrac{\lambda}{2}\|\theta\|^2`. A head that puts all its weight on
+    :math:`x_0` predicts :math:`u^\top x_0` with :math:`u = w_v`; the best such :math:`u` is the ridge
+    solution :math:`u^* = (\Sigma + \tfrac{\lambda}{2} I)^{-1} \Sigma w` with
+    :math:`\Sigma = \mathbb E\, x_0 x_0^\top = \tfrac{s^2}{12} I + \tfrac{s^2}{4} \mathbf 1 \mathbf 1^\top`,
+    and its MSE is :math:`(u^* - w)^\top \Sigma (u^* - w)` (no penalty term included). It is the floor
+    their objective sets on a head that has found :math:`x_0` (its attention weights cost a penalty
+    too, so a trained head can at best come close to it).
+    """
+    weight_decay = _validate.nonnegative("weight_decay", weight_decay)
+    x0_high = _validate.positive("x0_high", x0_high)
+    w = np.asarray(task.w_y, np.float64)
+    d = w.size
+    sigma = x0_high ** 2 / 12.0 * np.eye(d) + x0_high ** 2 / 4.0 * np.ones((d, d))
+    u = np.linalg.solve(sigma + weight_decay / 2.0 * np.eye(d), sigma @ w)
+    return float((u - w) @ sigma @ (u - w))
+
+
+def handset_fig3(task: Fig3Task, scale: float) -> multihop.Params:
+    r"""A head of the trained family set by hand: :math:`W_Q = \lambda I`, :math:`W_K = I`, :math:`w_v = w`.
+
+    Every score is :math:`\lambda\, x_j^\top x_N / \sqrt d` in both models' orientation. :math:`x_0` and
+    the query have non-negative entries of order 1 and :math:`d/2`, the noise tokens entries of order
+    :math:`\sigma`, so a moderate :math:`\lambda` puts almost all the weight on :math:`x_0`, whose value
+    :math:`w^\top x_0` is the target.
+    """
+    d = task.w_y.shape[0]
+    eye = jnp.eye(d, dtype=task.w_y.dtype)
+    return multihop.Params(wq=scale * eye, wk=eye, wv=task.w_y[None])
+
+
+def predict_fig3(model: str, params: multihop.Params, x, *, alpha0: float = 0.1, beta0: float = 0.9,
+                 mass: float = 0.05, tol: float = 0.01, max_iter: int = 100):
+    r"""Prediction at the last token of ``x: (B, n, d)`` by one of the authors' Fig. 3 models.
+
+    Both models score the ``n - 1`` earlier tokens with :math:`W_Q, W_K` (scale :math:`1/\sqrt d`)
+    and read out the scalar values :math:`v_j = w_v^\top x_j`; the query's own token gets no weight.
+
+    * ``"self"`` (their ``CausalSelfAttention(self_attend=False)``): weights
+      :math:`\mathrm{softmax}_j(q_N^\top k_j / \sqrt d)` over all earlier tokens.
+    * ``"expanding"`` (their ``ExpandingAttention``). Their code scores token :math:`j` as
+      :math:`q_j^\top k_N / \sqrt d` (the roles of :math:`W_Q` and :math:`W_K` exchanged, the same family).
+      With :math:`\alpha = \alpha_0`, :math:`\beta = \beta_0` and token distance :math:`t \ge 1` from the
+      query, each step computes :math:`\kappa = \ln(\text{mass}) / \ln(1 - \alpha/(\alpha + \beta))`
+      and the window :math:`W = \lceil \kappa \rceil`; weights
+      :math:`\mathrm{softmax}_t(s_t - t / \kappa)` over :math:`1 \le t \le \min(W, n) - 1`; then
+      :math:`\alpha \mathrel{+}= 1`, :math:`\beta \mathrel{+}= \sum_t t\, a_t`. It stops at the first
+      step where :math:`\kappa > n`, :math:`\kappa` falls, or :math:`\kappa` grows by less than ``tol``
+      (at most ``max_iter`` steps), and outputs that step's weights. The log-prior slope is
+      :math:`-1/\kappa`, not :math:`\ln(1 - q)`, and :math:`\beta` counts :math:`t` rather than
+      :math:`t - 1`, as in their code. As there, no gradient reaches :math:`\alpha, \beta` (fixed at
+      their initial 0.1, 0.9), the window or the prior: they enter their softmax as constants.
+
+    Returns:
+      ``(y_hat (B,), info)`` with ``info`` a dict of ``weights (B, n - 1)`` (on the earlier tokens, in
+      token order) and, for ``"expanding"``, ``window (B,)`` (:math:`\min(W, n) - 1` tokens) and
+      ``iterations (B,)`` (their loop index at the stop).
+    """
+    if model not in FIG3_MODELS:
+        raise ValueError(f"model must be one of {FIG3_MODELS}; got {model!r}")
+    x = _validate.float_array("x", x, min_ndim=3)
+    if x.shape[-2] < 2:
+        raise ValueError(f"x must hold at least 2 tokens; got shape {x.shape}")
+    for name, v in (("alpha0", alpha0), ("beta0", beta0), ("tol", tol)):
+        _validate.positive(name, v)
+    mass = _validate.open_unit("mass", mass)
+    max_iter = _validate.count("max_iter", max_iter, 1)
+    return _predict_fig3(model, params, x, float(alpha0), float(beta0), mass, float(tol), max_iter)
+
+
+@partial(jax.jit, static_argnums=(0, 3, 4, 5, 6, 7))
+def _predict_fig3(model, params, x, alpha0, beta0, mass, tol, max_iter):
+    n, d = x.shape[-2], x.shape[-1]
+    v = (x[:, :-1] @ params.wv.T)[..., 0]
+    if model == "self":
+        s = (x[:, :-1] @ params.wk.T) @ (x[:, -1] @ params.wq.T)[..., None] / math.sqrt(d)
+        a = jax.nn.softmax(s[..., 0], axis=-1)
+        return jnp.sum(a * v, -1), dict(weights=a)
+    s = (x[:, :-1] @ params.wq.T) @ (x[:, -1] @ params.wk.T)[..., None] / math.sqrt(d)
+    s = s[..., 0]
+    dist = jnp.arange(n - 1, 0, -1).astype(x.dtype)  # token j < n - 1 is n - 1 - j tokens back
+    log_mass = math.log(mass)
+
+    def weights(sj, kappa):
+        width = jnp.minimum(jnp.ceil(kappa), n) - 1  # distances 1 .. min(W, n) - 1 are in the window
+        logits = jnp.where(dist <= width, sj - dist / kappa, -jnp.inf)
+        return jax.nn.softmax(logits), width
+
+    def refine(sj):
+        def body(st):
+            i, al, be, k_old, _, _ = st
+            kappa = log_mass / jnp.log(1.0 - al / (al + be))
+            a, _ = weights(sj, kappa)
+            stop = (kappa > n) | (kappa < k_old) | (kappa - k_old < tol)
+            return i + 1, al + 1.0, be + a @ dist, kappa, kappa, stop
+
+        zero = jnp.zeros((), x.dtype)
+        st = (jnp.int32(0), zero + alpha0, zero + beta0, zero, zero, jnp.bool_(False))
+        i, _, _, _, kappa, _ = jax.lax.while_loop(lambda st: (~st[5]) & (st[0] < max_iter), body, st)
+        return kappa, i - 1
+
+    kappa, iters = jax.vmap(refine)(jax.lax.stop_gradient(s))
+    a, width = jax.vmap(weights)(s, kappa)  # gradients reach the scores, as in their code; not kappa
+    return jnp.sum(a * v, -1), dict(weights=a, window=width.astype(jnp.int32), iterations=iters)
+
+
+def run_fig3(model: str, seeds, ps, *, d: int = 10, n: int = 50, n_steps: int = 10_000, n_cont: int = 0,
+             batch: int = 1, lr: float = 5e-4, weight_decay: float = 2.0, x0_high: float = 2.0,
+             noise: float = 0.1, n_test: int = 2048, alpha0: float = 0.1, beta0: float = 0.9, mass: float = 0.05,
+             tol: float = 0.01, max_iter: int = 100) -> dict:
+    r"""Train one of the authors' Fig. 3 models on their task for every ``(p, seed)``; defaults are theirs.
+
+    Their ``run_expanding.py``: one sequence a step (``batch = 1``), 10000 steps, MSE in raw units,
+    Adam at :math:`5 \times 10^{-4}` with coupled weight decay 2 (as :func:`run`), weights
+    :math:`\mathcal U(-1/\sqrt d, 1/\sqrt d)`. The seed fixes the task, the initial parameters, the
+    data stream and the test sequences, the same for both models (paired); :math:`p` only changes the
+    distance of :math:`x_0`. After ``n_steps`` the model is tested, then trained ``n_cont`` steps more
+    at the same step size and tested again (the continuation check). Vmapped over ``ps`` and ``seeds``.
+
+    Returns:
+      a ``dict`` of NumPy arrays with leading axes ``(len(ps), len(seeds))``: ``loss``
+      ``(..., n_steps + n_cont)`` (each step's batch MSE before its update, raw units), ``var_y``
+      (:func:`fig3_target_variance`) and, for the test after ``n_steps`` and after the continuation
+      (suffix ``_cont``): ``mse`` (raw test MSE), ``weight_x0`` (mean weight on :math:`x_0`),
+      ``sq_norm`` (:math:`\|\theta\|^2`) and, for ``"expanding"``, ``window`` and ``iterations``
+      (test means).
+    """
+    if model not in FIG3_MODELS:
+        raise ValueError(f"model must be one of {FIG3_MODELS}; got {model!r}")
+    seeds = np.asarray(seeds)
+    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
+        raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {seeds!r}")
+    ps = np.asarray(ps, dtype=float)
+    if ps.ndim != 1 or ps.size == 0 or not np.all((ps > 0) & (ps < 1)):
+        raise ValueError(f"ps must be a non-empty 1-D sequence in (0, 1); got {ps!r}")
+    d, n = _validate.count("d", d, 1), _validate.count("n", n, 3)
+    n_steps, n_cont = _validate.count("n_steps", n_steps, 1), _validate.count("n_cont", n_cont, 0)
+    batch, n_test = _validate.count("batch", batch, 1), _validate.count("n_test", n_test, 2)
+    lr, x0_high, noise = (_validate.positive(k, v) for k, v in (("lr", lr), ("x0_high", x0_high),
+                                                                  ("noise", noise)))
+    weight_decay = _validate.nonnegative("weight_decay", weight_decay)
+    for name, v in (("alpha0", alpha0), ("beta0", beta0), ("tol", tol)):
+        _validate.positive(name, v)
+    mass, max_iter = _validate.open_unit("mass", mass), _validate.count("max_iter", max_iter, 1)
+    keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
+    out = _run_fig3(keys, jnp.asarray(ps, jnp.result_type(float)), model, d, n, n_steps, n_cont, batch, lr,
+                    weight_decay, x0_high, noise, n_test, float(alpha0), float(beta0), mass, float(tol), max_iter)
+    _validate.require_finite(f"authors_multihop.run_fig3 ({model})", out["loss"],
+                             steps=jnp.moveaxis(out["loss"], -1, 0), hint="lower lr")
+    return {k: np.asarray(v) for k, v in out.items()}
+
+
+@partial(jax.jit, static_argnums=tuple(range(2, 18)))
+def _run_fig3(keys, ps, model, d, n, n_steps, n_cont, batch, lr, weight_decay, x0_high, noise, n_test, alpha0,
+              beta0, mass, tol, max_iter):
+    opt = optax.chain(optax.add_decayed_weights(weight_decay), optax.scale_by_adam(), optax.scale(-lr))
+
+    def one(p, key):
+        k_task, k_init, k_data, k_test = jax.random.split(key, 4)
+        task = make_fig3_task(d, key=k_task)
+
+        def predict(prm, x):
+            return _predict_fig3(model, prm, x, alpha0, beta0, mass, tol, max_iter)
+
+        def loss_fn(prm, k):
+            x, y, _ = _sample_fig3(task, k, n, batch, p, x0_high, noise)
+            return jnp.mean((predict(prm, x)[0] - y) ** 2)
+
+        def step(carry, t):
+            prm, s = carry
+            loss, g = jax.value_and_grad(loss_fn)(prm, jax.random.fold_in(k_data, t))
+            updates, s = opt.update(g, s, prm)
+            return (optax.apply_updates(prm, updates), s), loss
+
+        x, y, dist = _sample_fig3(task, k_test, n, n_test, p, x0_high, noise)
+
+        def test(prm):
+            yhat, info = predict(prm, x)
+            res = dict(mse=jnp.mean((yhat - y) ** 2),
+                       weight_x0=jnp.mean(info["weights"][jnp.arange(n_test), n - 1 - dist]),
+                       sq_norm=sum(jnp.sum(w ** 2) for w in prm))
+            for k in ("window", "iterations"):
+                if k in info:
+                    res[k] = jnp.mean(info[k].astype(x.dtype))
+            return res
+
+        params = _init(k_init, d)
+        state, first = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(n_steps))
+        out = test(state[0])
+        state, more = jax.lax.scan(step, state, jnp.arange(n_steps, n_steps + n_cont))
+        out.update({f"{k}_cont": v for k, v in test(state[0]).items()})
+        out["loss"] = jnp.concatenate([first, more])
+        out["var_y"] = fig3_target_variance(task, x0_high)
+        return out
+
+    return jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))(ps, keys)

@@ -4,12 +4,13 @@ The chapter executes a reduced run live and plots the full-size runs stored
 under ``book/data/`` by ``nox -s experiments`` (:mod:`lse_energy.experiments.store`):
 ``structural_fig2`` (one cell per seed), ``structural_fig3`` (one cell per
 dimension and model, every ``p`` and seed vmapped in it) and
-``structural_authors`` (one cell per model and seed). Each cell stores its
+``structural_authors`` (one cell per model and seed) and ``structural_authors_fig3`` (the authors'
+Fig. 3 task and models, one cell per dimension and model). Each cell stores its
 per-seed outcomes, its training curves as block means, and as its replay trace
 the first :data:`REPLAY_STEPS` training losses of the full run next to the
 losses and test error of a run stopped after that many steps (same schedule,
-same keys). :func:`fig2_summary`, :func:`fig3_summary` and
-:func:`authors_summary` turn a stored file into per-model arrays.
+same keys). :func:`fig2_summary`, :func:`fig3_summary`, :func:`authors_summary` and
+:func:`authors_fig3_summary` turn a stored file into per-model arrays.
 
 **Plateau criterion.** A model has trained to a plateau when the median over
 seeds of its training loss (normalised MSE on fresh batches), averaged over
@@ -31,8 +32,9 @@ from lse_energy import _validate, expanding
 from lse_energy.experiments import authors_multihop, store
 from lse_energy.experiments import structural_tasks as toy
 
-__all__ = ["FIG2", "FIG3", "FIG3_FLOOR", "AUTHORS", "PLATEAU_TOL", "REPLAY_STEPS", "EXPERIMENTS", "plateau", "optimizer",
-           "fig2_summary", "fig3_summary", "fig3_floor_summary", "handset_head", "authors_summary"]
+__all__ = ["FIG2", "FIG3", "FIG3_FLOOR", "AUTHORS", "AUTHORS_FIG3", "PLATEAU_TOL", "REPLAY_STEPS", "EXPERIMENTS",
+           "plateau", "optimizer", "fig2_summary", "fig3_summary", "fig3_floor_summary", "handset_head",
+           "authors_summary", "authors_fig3_summary"]
 
 #: Settings of the full Fig. 2 run (every model of ``structural_tasks.TOY_MODELS``).
 FIG2 = dict(seeds=list(range(5)), n_steps=8000, batch=64, n_nodes=6, d=12, d_k=12, rank=6, strength=2.0,
@@ -50,6 +52,18 @@ FIG3_FLOOR = dict(seeds=FIG3["seeds"], ps=FIG3["ps"], ds=FIG3["ds"], n=FIG3["n"]
 #: Settings of Fig. 2 as the authors' public code defines it (``authors_multihop``), at their sizes.
 AUTHORS = dict(seeds=list(range(10)), models=["standard", "multihop", "multihop_paper"], n_steps=20000, batch=200,
                lr=1e-3, weight_decay=2.0, record_every=1000, target="code")
+#: Settings of Fig. 3 as the authors' public code defines it (``authors_multihop.run_fig3``, their values:
+#: ``n = 50``, one sequence a step, 10000 steps, Adam 5e-4 with coupled weight decay 2, x_0 ~ U[0, 2)^d against
+#: N(0, 0.1^2) noise), over 5 seeds instead of their one, at their d = 10 and 50. Fixed before the run: the
+#: reference is the closed-form ridge floor of their objective (``authors_multihop.ridge_floor``; a model
+#: reaches it when its median normalised test MSE is at most ``reach_margin`` above the median floor); the
+#: hand-set head's scale is chosen from ``scales`` on ``n_calib`` calibration sequences; "roughly equivalent"
+#: means the paired 95% interval of (expanding - self) lies inside +-``equivalence_margin`` (normalised MSE).
+AUTHORS_FIG3 = dict(seeds=list(range(5)), ps=[1 / 2, 1 / 5, 1 / 10, 1 / 25], ds=[10, 50],
+                    models=list(authors_multihop.FIG3_MODELS), n=50, n_steps=10000, n_cont=0, batch=1,
+                    lr=5e-4, weight_decay=2.0, x0_high=2.0, noise=0.1, n_test=2048, alpha0=0.1, beta0=0.9,
+                    mass=0.05, tol=0.01, max_iter=100, scales=[0.1, 0.3, 1.0, 3.0, 10.0], n_calib=512,
+                    reach_margin=0.05, equivalence_margin=0.05)
 #: Largest change of the median training loss between the last two tenths of a run.
 PLATEAU_TOL = 0.02
 _BLOCKS = 100  # curves are stored as this many block means
@@ -313,6 +327,79 @@ def authors_summary(doc: dict) -> dict:
             for m in s["models"]}
 
 
+# --- The authors' Fig. 3 task: one cell per (d, model), every p and seed vmapped in it -----------------------
+
+_AFIG3_KW = ("n", "batch", "lr", "weight_decay", "x0_high", "noise", "n_test", "alpha0", "beta0", "mass", "tol",
+             "max_iter")
+
+
+def _afig3_run(s, d, model, n_steps, n_cont):
+    return authors_multihop.run_fig3(model, s["seeds"], s["ps"], d=d, n_steps=n_steps, n_cont=n_cont,
+                                     **{k: s[k] for k in _AFIG3_KW})
+
+
+def _afig3_replay(s, cell):
+    r = _afig3_run(s, cell["d"], cell["model"], REPLAY_STEPS, 0)
+    return dict(loss=r["loss"])
+
+
+def _afig3_reference(s, d, model):
+    """Hand-set head (:func:`authors_multihop.handset_fig3`, scale chosen on a calibration batch) on the run's
+    test sequences, and the closed-form ridge floor, both normalised by Var(y); arrays ``(ps, seeds)``."""
+    kw = {k: s[k] for k in ("alpha0", "beta0", "mass", "tol", "max_iter")}
+    shape = (len(s["ps"]), len(s["seeds"]))
+    handset, scale, ridge = np.zeros(shape), np.zeros(shape), np.zeros(shape)
+    for i, seed in enumerate(s["seeds"]):
+        k_task, _, _, k_test = jax.random.split(jax.random.key(int(seed)), 4)  # as in run_fig3
+        task = authors_multihop.make_fig3_task(d, key=k_task)
+        var = float(authors_multihop.fig3_target_variance(task, s["x0_high"]))
+        for a, p in enumerate(s["ps"]):
+            ridge[a, i] = authors_multihop.ridge_floor(task, s["weight_decay"], s["x0_high"]) / var
+
+            def nmse(scale_, key, size):
+                x, y, _ = authors_multihop.sample_fig3(task, s["n"], size, p, key=key, x0_high=s["x0_high"],
+                                                       noise=s["noise"])
+                yhat = authors_multihop.predict_fig3(model, authors_multihop.handset_fig3(task, scale_), x,
+                                                     **kw)[0]
+                return float(jnp.mean((yhat - y) ** 2)) / var
+
+            calib = [nmse(c, jax.random.fold_in(k_test, 1), s["n_calib"]) for c in s["scales"]]
+            scale[a, i] = s["scales"][int(np.argmin(calib))]
+            handset[a, i] = nmse(scale[a, i], k_test, s["n_test"])
+    return handset, scale, ridge
+
+
+def _afig3_cell(s, cell, progress):
+    d, m = cell["d"], cell["model"]
+    r = _afig3_run(s, d, m, s["n_steps"], s["n_cont"])
+    trace = _afig3_replay(s, cell)
+    trace["loss"] = r["loss"][..., :REPLAY_STEPS]
+    var = r["var_y"]
+    res = dict(var_y=var, blocks=_block_means(r["loss"] / var[..., None]))
+    for suffix in ("", "_cont") if s["n_cont"] else ("",):
+        res["nmse" + suffix] = r["mse" + suffix] / var
+        for k in ("weight_x0", "sq_norm", "window", "iterations"):
+            if k + suffix in r:
+                res[k + suffix] = r[k + suffix]
+    res["handset"], res["handset_scale"], res["ridge"] = _afig3_reference(s, d, m)
+    return dict(result=res, trace=trace)
+
+
+def authors_fig3_summary(doc: dict) -> dict:
+    """A stored ``structural_authors_fig3`` document as ``{d: {model: {...}}}`` (string keys ``d``): arrays
+    ``(ps, seeds)`` ``nmse``, ``nmse_cont``, ``handset``, ``ridge``, ``weight_x0`` (and ``window``,
+    ``iterations`` for expanding), ``blocks (ps, seeds, 100)`` and ``curve`` (median, min, max over seeds)."""
+    s = doc["settings"]
+    out = {}
+    for d in s["ds"]:
+        out[str(d)] = {}
+        for m in s["models"]:
+            r = {k: np.asarray(v) for k, v in doc["cells"][store.cell_key(dict(d=d, model=m))]["result"].items()}
+            r["curve"] = _curve(r["blocks"], s["n_steps"] + s["n_cont"])
+            out[str(d)][m] = r
+    return out
+
+
 _CH = "09_new_attention_designs"
 EXPERIMENTS = [
     store.Experiment("structural_fig2", _CH, FIG2, lambda s: [dict(seed=k) for k in s["seeds"]], _fig2_cell,
@@ -327,4 +414,7 @@ EXPERIMENTS = [
     store.Experiment("structural_authors", _CH, AUTHORS,
                      lambda s: [dict(model=m, seed=k) for m in s["models"] for k in s["seeds"]], _authors_cell,
                      _authors_replay, _RTOL, _ATOL, _REASON),
+    store.Experiment("structural_authors_fig3", _CH, AUTHORS_FIG3,
+                     lambda s: [dict(d=d, model=m) for d in s["ds"] for m in s["models"]], _afig3_cell,
+                     _afig3_replay, _RTOL, _ATOL, _REASON),
 ]
