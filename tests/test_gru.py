@@ -192,3 +192,32 @@ def test_fit_float32():
 
 
 
+
+
+def test_fit_continues_from_its_optimizer_state():
+    """Two calls of fit, the second from the first's parameters and Adam state (as chapter 15's
+    continuation check trains), equal a plain optax loop over the same minibatches that carries the
+    Adam state across; restarting the state instead gives other parameters (the mutant it catches)."""
+    D, H, K, B, bs = 3, 4, 5, 24, 8
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(B, 6, D)))
+    y = jnp.asarray(rng.integers(0, K, B))
+    opt = optax.adam(1e-2)
+    keys = (jax.random.key(1), jax.random.key(2))
+    grad = jax.jit(jax.grad(gru.loss))  # the loss's own gradient, one compilation per model
+    for init in (gru.init_params, gru.init_min_params):
+        p0 = init(D, H, K, key=jax.random.key(0))
+        first = gru.fit(p0, x, y, key=keys[0], optimizer=opt, n_epochs=1, batch_size=bs)
+        go_on = dict(key=keys[1], optimizer=opt, n_epochs=1, batch_size=bs)
+        cont = gru.fit(first.params, x, y, opt_state=first.extras.opt_state, **go_on)
+        fresh = gru.fit(first.params, x, y, **go_on)
+        p, s = p0, opt.init(p0)  # oracle: the loop written out, one epoch per key
+        for k in keys:
+            perm = np.asarray(jax.random.permutation(jax.random.split(k, 1)[0], B))
+            for j in range(B // bs):
+                idx = perm[j * bs:(j + 1) * bs]
+                g = grad(p, x[idx], y[idx])
+                u, s = opt.update(g, s, p)
+                p = optax.apply_updates(p, u)
+        assert relative_error(cont.params, p) < 1e-12
+        assert relative_error(fresh.params, p) > 1e-6
