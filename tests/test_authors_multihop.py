@@ -312,8 +312,9 @@ def test_fig3_tiny_run_trains_and_is_deterministic():
         assert r["loss"].shape == (2, 2, 400) and r["mse"].shape == (2, 2)
         assert np.all(r["mse_cont"] < 0.2 * r["loss"][..., :10].mean(-1))
         assert np.all(r["weight_x0_cont"] > 0.5)
-        r2 = am.run_fig3(model, [1], [0.2], **kw)
-        np.testing.assert_array_equal(r2["loss"][0, 0], r["loss"][1, 1])  # same seed, same run
+        np.testing.assert_array_equal(am.run_fig3(model, [0, 1], [0.5, 0.2], **kw)["loss"], r["loss"])
+        r2 = am.run_fig3(model, [1], [0.2], **kw)  # same seed and p, vmapped alone: round-off only
+        np.testing.assert_allclose(r2["loss"][0, 0], r["loss"][1, 1], rtol=1e-9)
     assert "window" in r and "window" not in am.run_fig3("self", [0], [0.5], d=4, n=12, n_steps=2, n_test=4)
 
 
