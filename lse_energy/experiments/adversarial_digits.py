@@ -22,7 +22,7 @@ ball of radius ``eps_trades``). For both it stores:
 * the mean training loss of every epoch (for the plateau criterion of
   :func:`lse_energy.experiments.full_runs.plateau`).
 
-``adversarial_gradient`` (:data:`GRAD`): the same networks for the first five
+``adversarial_digits_gradient`` (:data:`GRAD`): the same networks for the first five
 seeds (same settings, split, initialisation and batches), attacked by §24's
 one-step gradient attacks at every step of ``grad_k``, projected onto the ball
 of radius ``eps_trades`` (:func:`gradient_attacks`: the untargeted
@@ -30,7 +30,7 @@ misclassification rate and the targeted success rate over all 9 targets), and
 the continuation check: clean and PGD accuracy after ``continue_epochs`` more
 epochs at the same constant step (:func:`continue_training`).
 
-``adversarial_binary`` (:data:`BIN`), the notes' own model of §25.1: the binary
+``adversarial_digits_binary`` (:data:`BIN`), the notes' own model of §25.1: the binary
 score :math:`f` with labels :math:`T = \pm 1` ("digit >= 5"), trained on
 :math:`g(f(X)T) + \beta\, g(f(X)f(X'))` at every beta of a sweep (beta = 0 is
 standard training) and by plain adversarial training (§25's first line), each
@@ -42,9 +42,9 @@ the objective on the training set (:func:`objective_terms`).
 
 **Size.** ``adversarial_digits`` keeps the settings the chapter announced as
 its full size (10 seeds, 64 hidden units, 60 epochs, 20 PGD steps), fixed before
-the run. ``adversarial_binary`` takes the independent reader's settings (32
+the run. ``adversarial_digits_binary`` takes the independent reader's settings (32
 hidden units, 20 epochs, ``eps = 0.1``, PGD with 3 restarts of 50 steps) plus
-the two continuations, over 3 seeds; ``adversarial_gradient`` uses 5 of the 10
+the two continuations, over 3 seeds; ``adversarial_digits_gradient`` uses 5 of the 10
 seeds. Both were sized so that they could finish on a shared, heavily loaded
 2-core machine; the chapter says which verdicts this size decides. A cell takes
 seconds once compiled. The chapter runs one seed live at a reduced size.
@@ -52,8 +52,8 @@ seconds once compiled. The chapter runs one seed live at a reduced size.
 **Replay traces.** ``adversarial_digits``: for both models, the 24 minibatch
 losses of the first epoch of the full run, next to the test cross-entropy
 (clean, and under PGD at ``eps_trades``) of the same run stopped after that
-epoch (``replay``). ``adversarial_gradient``: the first epoch's minibatch
-losses of both models. ``adversarial_binary``: the first epoch's minibatch
+epoch (``replay``). ``adversarial_digits_gradient``: the first epoch's minibatch
+losses of both models. ``adversarial_digits_binary``: the first epoch's minibatch
 losses of beta = 1, beta = 6 and plain adversarial training (``binary_replay``).
 """
 
@@ -70,7 +70,8 @@ import optax
 from lse_energy import adversarial
 from lse_energy.experiments import store
 
-__all__ = ["ADV", "BIN", "BOX", "GRAD", "gradient_summary", "EXPERIMENTS", "SIZE_KEYS", "digits", "split", "optimizer", "train",
+__all__ = ["ADV", "BIN", "BOX", "GRAD", "gradient_summary", "EXPERIMENTS", "SIZE_KEYS", "digits", "split",
+           "optimizer", "train",
            "continue_training", "gradient_attacks", "attacked_accuracy", "mean_interval", "summary",
            "binary_methods", "binary_split", "binary_train", "robust_correct", "objective_terms",
            "binary_replay", "binary_summary"]
@@ -79,7 +80,7 @@ __all__ = ["ADV", "BIN", "BOX", "GRAD", "gradient_summary", "EXPERIMENTS", "SIZE
 ADV = dict(seeds=list(range(10)), n_hidden=64, n_epochs=60, batch_size=50, learning_rate=1e-2, n_train=1200,
            eps_grid=[0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2], pgd_steps=20, eps_trades=0.1, beta=6.0,
            inner_steps=5, min_eps_max=0.5, n_bisect=30, hist_bins=40, mono_steps=10)
-#: Settings of ``adversarial_gradient``: the networks of :data:`ADV` (same sizes, same seeds' splits,
+#: Settings of ``adversarial_digits_gradient``: the networks of :data:`ADV` (same sizes, same seeds' splits,
 #: initialisations and minibatch orders, so the same networks) for the first five seeds, attacked by
 #: §24's one-step gradient attacks at every step ``grad_k``, and continued for ``continue_epochs``.
 GRAD = dict(ADV, seeds=list(range(5)), grad_k=[0.01, 0.1, 1.0, 10.0, 100.0], continue_epochs=60)
@@ -291,7 +292,7 @@ def _gradient_replay(settings, cell):
 
 
 def gradient_summary(doc: dict) -> dict:
-    """A stored ``adversarial_gradient`` document as arrays over seeds, per model: ``untargeted``,
+    """A stored ``adversarial_digits_gradient`` document as arrays over seeds, per model: ``untargeted``,
     ``targeted`` ``(seeds, len(grad_k))``; ``clean_error``, ``clean``, ``pgd``, ``continued_clean``,
     ``continued_pgd`` ``(seeds,)``."""
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
@@ -343,7 +344,7 @@ def summary(doc: dict) -> dict:
 # The notes' own model: binary TRADES (§25.1), a beta sweep, and §25's plain adversarial training
 # ---------------------------------------------------------------------------
 
-#: Settings of ``adversarial_binary``: "digit >= 5" (T = 1) against "digit < 5" (T = -1), the binary
+#: Settings of ``adversarial_digits_binary``: "digit >= 5" (T = 1) against "digit < 5" (T = -1), the binary
 #: score f of §25.1 (one output), 32 hidden units, trained for ``epochs[0]`` epochs, then continued
 #: to ``epochs[1]`` and ``epochs[2]`` (the continuation check), each method from the same start and
 #: minibatch order; robust accuracy under PGD on g(f(x')T) with ``pgd_restarts`` random restarts of
@@ -456,7 +457,7 @@ def _binary_cell(settings, cell, progress):
 
 
 def binary_summary(doc: dict) -> dict:
-    """A stored ``adversarial_binary`` document as arrays over seeds: ``out[method][metric]`` of shape
+    """A stored ``adversarial_digits_binary`` document as arrays over seeds: ``out[method][metric]`` of shape
     ``(seeds, len(epochs))`` for ``clean``, ``robust``, ``positive``, ``median_abs_f``, ``fit_term`` and
     ``robust_term`` (the objective's two terms), and ``epoch_loss`` ``(seeds, epochs[-1])``; ``out["train_positive"]``,
     ``out["test_positive"]`` ``(seeds,)``."""
@@ -474,9 +475,9 @@ def binary_summary(doc: dict) -> dict:
 EXPERIMENTS = [store.Experiment("adversarial_digits", "19_adversarial", ADV,
                                 lambda s: [dict(seed=k) for k in s["seeds"]], _cell, replay, _RTOL, _ATOL,
                                 _REASON),
-               store.Experiment("adversarial_gradient", "19_adversarial", GRAD,
+               store.Experiment("adversarial_digits_gradient", "19_adversarial", GRAD,
                                 lambda s: [dict(seed=k) for k in s["seeds"]], _gradient_cell, _gradient_replay,
                                 _RTOL, _ATOL, _REASON),
-               store.Experiment("adversarial_binary", "19_adversarial", BIN,
+               store.Experiment("adversarial_digits_binary", "19_adversarial", BIN,
                                 lambda s: [dict(seed=k) for k in s["seeds"]], _binary_cell, binary_replay,
                                 _RTOL, _ATOL, _REASON)]
