@@ -695,6 +695,11 @@ def fourier_features(points, *, n_features: int, lengthscale: float, key) -> Arr
     if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
         raise ValueError(f"n_features must be a positive integer; got {n_features!r}")
     _validate.positive("lengthscale", lengthscale)
+    return _fourier(points, key, jnp.asarray(lengthscale, points.dtype), int(n_features))
+
+
+@partial(jax.jit, static_argnames=("n_features",))
+def _fourier(points, key, lengthscale, n_features):
     k1, k2 = jax.random.split(key)
     omega = jax.random.normal(k1, (n_features, points.shape[1]), points.dtype) / lengthscale
     b = jax.random.uniform(k2, (n_features,), points.dtype, maxval=2 * jnp.pi)
@@ -755,16 +760,24 @@ def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
     n_per_blob = _validate.count("n_per_blob", n_per_blob)
     n_candidates = _validate.count("n_candidates", n_candidates)
     _validate.nonnegative("min_separation", min_separation)
+    points, labels, centres, found = _blob_scene(key, std, min_separation, int(n_blobs), int(n_per_blob),
+                                                 int(n_candidates))
+    if not bool(found):
+        raise ValueError(
+            f"min_separation={min_separation} too large for {n_blobs} blobs: no candidate set found"
+        )
+    return points, labels, centres
+
+
+@partial(jax.jit, static_argnames=("n_blobs", "n_per_blob", "n_candidates"))
+def _blob_scene(key, std, min_separation, n_blobs, n_per_blob, n_candidates):
+    """One compiled program per scene shape (the eager version compiled every operation separately)."""
     k1, k2 = jax.random.split(key)
     cand = jax.random.uniform(k1, (n_candidates, n_blobs, 2), minval=-1.0, maxval=1.0)
     dist = jnp.linalg.norm(cand[:, :, None] - cand[:, None, :], axis=-1)
     dist = dist + jnp.where(jnp.eye(n_blobs, dtype=bool), jnp.inf, 0.0)
     ok = jnp.min(dist, axis=(1, 2)) >= min_separation
-    if not bool(jnp.any(ok)):
-        raise ValueError(
-            f"min_separation={min_separation} too large for {n_blobs} blobs: no candidate set found"
-        )
     centres = cand[jnp.argmax(ok)]
     labels = jnp.repeat(jnp.arange(n_blobs), n_per_blob)
     points = centres[labels] + std * jax.random.normal(k2, (n_blobs * n_per_blob, 2), centres.dtype)
-    return points, labels, centres
+    return points, labels, centres, jnp.any(ok)
