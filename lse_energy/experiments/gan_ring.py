@@ -52,7 +52,7 @@ __all__ = ["GAN", "LOSSES", "SIZE_KEYS", "REPLAY_STEPS", "EXPERIMENTS", "ring", 
 GAN = dict(seeds=list(range(40)), n_modes=8, radius=2.0, std=0.05, n_data=10_000, n_eval=2000, hidden=64,
            learning_rate=1e-3, b1=0.5, batch_size=128, chunk=500, n_chunks=12, generator_loss="non_saturating",
            n_std=3.0, min_fraction=0.02, keep_samples=300)
-#: Settings of the side-by-side run of the two generator losses: the full run's, but 10 seeds of 1000
+#: Settings of the side-by-side run of the two generator losses; the full run's, but 10 seeds of 1000
 #: steps (sized to this session's compute), each trained with both losses (a cell is a seed and a loss), after
 #: a head start of ``head_start`` steps in which the discriminator alone trains against the initial generator
 #: (so that it rejects the fakes, the condition of the saturation proposition). The first chunk's per-step

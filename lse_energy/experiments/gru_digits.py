@@ -69,7 +69,7 @@ SETTINGS = dict(seeds=list(range(10)), n_epochs=120, checkpoint_epoch=90, n_trai
                 widths=dict(GRU=21, minGRU=75), learning_rate=1e-2, batch_size=64, shuffle_key_offset=1000,
                 method="parallel")
 MODELS = ("GRU", "minGRU")
-#: Settings of the continuation check (fixed before its run): the stored run's settings, continued for
+#: Settings of the continuation check (fixed before its run), the stored run's settings continued for
 #: ``extra_epochs`` more epochs from its final parameters and optimizer state; ``delta`` is the check's bound.
 CONTINUATION = dict(base=SETTINGS, seeds=list(range(5)), extra_epochs=120, continuation_key_offset=2000,
                     delta=0.01)
