@@ -357,10 +357,12 @@ BIN = dict(seeds=list(range(3)), n_hidden=32, epochs=[20, 40, 80], batch_size=50
            n_train=1200, split_digit=5, eps=0.1, inner_steps=5,
            betas=[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 6.0], pgd_restarts=3, pgd_steps=50,
            pgd_step_size=0.005, objective_steps=50, continuation_delta=0.02)
-#: The methods of a cell: binary TRADES at every beta of ``BIN["betas"]`` ("beta=0" is standard training),
-#: and plain adversarial training ("augment").
+
+
 def binary_methods(settings: dict) -> list[str]:
-    """``["beta=0", "beta=0.25", ..., "augment"]``: the keys of a cell's result."""
+    """The methods of a cell, the keys of its result: binary TRADES at every beta of ``betas``
+    (``"beta=0"`` is standard training), then plain adversarial training: ``["beta=0", "beta=0.5", ...,
+    "augment"]``."""
     return [f"beta={b:g}" for b in settings["betas"]] + ["augment"]
 
 
