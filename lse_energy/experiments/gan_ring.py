@@ -1,6 +1,6 @@
 r"""Full-size run of chapter 21: GAN mode coverage on a ring of Gaussians, over many seeds.
 
-One registered experiment, ``gan_ring`` (:data:`GAN`), one cell per seed. The
+Two registered experiments. ``gan_ring`` (:data:`GAN`), one cell per seed. The
 data are ``n_data`` draws (key 10) from ``n_modes`` Gaussians of standard
 deviation ``std`` on a circle of radius ``radius`` (:func:`lse_energy.gan.ring_centers`,
 Metz et al. 2017). Generator and discriminator are tanh MLPs with two hidden
@@ -31,6 +31,20 @@ shared with other jobs (load 10-19).
 losses of the full run's first chunk, next to those of a run stopped after
 that many steps and the mean of its samples on the evaluation noise
 (``replay``).
+
+**Minimax against non-saturating** (``gan_ring_losses``, :data:`LOSSES`): cells are
+a seed and a generator loss. The discriminator first trains alone for
+``head_start`` steps against the initial generator (key ``fold_in(key(14), s)``),
+so that it rejects the fakes, the condition of the chapter's saturation
+proposition; from that one state both losses then train for ``n_chunks`` chunks
+with gan_ring's chunk keys (paired per seed). A cell stores what a ``gan_ring``
+cell stores, and the chunk means of the generator's gradient norm and of
+:math:`D(G(z))`, both losses' gradient norms and the mean :math:`D(G(z))` on the
+evaluation noise at every checkpoint (:func:`eval_grad_norms`), the first
+chunk's per-step gradient norms and :math:`D(G(z))` as ``early_block``-step
+means, and the same for the first ``balanced_steps`` steps without the head start.
+Size: 10 seeds of 1000 steps, 804 s of cell time on two cores shared with other
+jobs (load 12-17); its replay covers the head start and 25 joint steps.
 """
 
 from __future__ import annotations
