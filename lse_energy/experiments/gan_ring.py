@@ -148,7 +148,11 @@ def train_seed(settings: dict, seed: int) -> dict:
     ``high_quality`` (same shape), ``counts`` ``(n_chunks + 1, n_modes)``, ``samples``
     ``(n_chunks + 1, n_eval, 2)``, ``d_loss`` and ``g_loss`` ``(n_chunks,)`` (chunk
     means), and ``first`` (the first :data:`REPLAY_STEPS` discriminator and generator
-    losses of the first chunk)."""
+    losses of the first chunk); ``grad_norm``, ``fake_prob`` ``(n_chunks,)`` (chunk means of
+    the generator's gradient norm and of D(G(z))), ``eval_grad_norms`` ``(n_chunks + 1, 2)``
+    and ``eval_fake_prob`` ``(n_chunks + 1,)`` on the evaluation noise, and ``first_chunk``
+    (the first chunk's per-step ``grad_norm`` and ``fake_prob``). With a ``head_start``
+    setting, the discriminator first trains alone for that many steps (step 0 is after it)."""
     s = settings
     centers, data, noise = ring(s)
     p, state = _head_start(s, seed, data)
