@@ -1630,6 +1630,7 @@ INT_INPUTS = [
     (vae.iwae_bound, lambda: dict(log_w=_normal((3, 4))), "log_w"),
     (vae.elbo, vae_keyed, "x"),
     (vae.iwae, vae_keyed, "params.mu_W"),
+    (vae.iwae_loss, vae_eps, "eps"),
     (vae.loss, vae_loss, "eps"),
     (vae.fit, vae_fit, "x"),
     (vae.log_prior, vae_prior, "z"),
