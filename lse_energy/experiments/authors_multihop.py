@@ -1,4 +1,9 @@
-r"""The multi-hop toy task (Fig. 2) of Singh & Buckley (2023) as the authors' public code defines it.
+r"""The toy tasks of Singh & Buckley (2023), Figs. 2 and 3, as the authors' public code defines them.
+
+The multi-hop task (Fig. 2) is :func:`make_task`, :func:`sample` and :func:`run`; the expanding task
+(Fig. 3, their ``data_expanding.py`` and ``run_expanding.py``) is :func:`make_fig3_task`,
+:func:`sample_fig3`, :func:`predict_fig3` and :func:`run_fig3`, with two references,
+:func:`ridge_floor` and :func:`handset_fig3`. What follows describes Fig. 2; see those functions for Fig. 3.
 
 The authors' repository ``ryan-sussex/AttentionAsStructuralInference`` (files
 ``data.py``, ``models.py``, ``run_multihop.py``) trains its Fig. 2 models on a
@@ -71,7 +76,8 @@ from lse_energy import _validate, attention, multihop
 Array = jax.Array
 
 __all__ = ["MODELS", "TARGETS", "Task", "make_task", "sample", "init_params", "mixing", "predict",
-           "self_readout_mse", "run", "run_seeds"]
+           "self_readout_mse", "run", "run_seeds", "FIG3_MODELS", "Fig3Task", "make_fig3_task", "sample_fig3",
+           "fig3_target_variance", "ridge_floor", "handset_fig3", "predict_fig3", "run_fig3"]
 
 #: The models, in order one-layer attention, the authors' multi-hop, the paper's multi-hop and an ablation.
 MODELS = ("standard", "multihop", "multihop_paper", "self_plus_one_hop")
