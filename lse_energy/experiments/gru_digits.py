@@ -14,8 +14,8 @@ epoch 80 (0.886, 0.940, 0.945, 0.956 at 20, 40, 60, 80) and then stays within
 0.946-0.950 to 160. So ``n_epochs = 120``, and every cell also stores the
 accuracy at ``3/4`` of the run (epoch 90) so the chapter can state how much it
 still moved. Ten seeds: the comparison is a paired per-seed difference.
-Cost: about 25 CPU-seconds per seed (minGRU's associative scan dominates),
-about 5 CPU-minutes in all, plus two compilations.
+Cost: about 43 CPU-seconds per seed, compilation included (GRU 13, minGRU 30:
+its associative scan dominates), about 7 CPU-minutes in all.
 
 **Replay trace.** The first :data:`REPLAY_EPOCHS` epochs' mean training losses
 and train/test accuracies of the full run, beside the logits on the first 8 test
