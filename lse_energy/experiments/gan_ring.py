@@ -192,7 +192,7 @@ def train_seed(settings: dict, seed: int) -> dict:
 @jax.jit
 def _eval_grad_norms(params, noise):
     def norm(kind):
-        g = jax.grad(lambda ph: gan._g_loss(params._replace(generator=ph), noise, kind))(params.generator)
+        g = jax.grad(lambda ph: gan.generator_loss(params._replace(generator=ph), noise, kind))(params.generator)
         return jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
 
     return jnp.stack([norm(kind) for kind in gan.GENERATOR_LOSSES])
