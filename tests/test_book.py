@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 
 import pytest
 import yaml
@@ -272,3 +273,52 @@ def test_chapter_opens_with_prose(path):
     assert cells[0]["cell_type"] == "markdown", f"{path.name} opens with code"
     setup = next(c for c in cells if c["cell_type"] == "code")
     assert "hide-input" in setup.get("metadata", {}).get("tags", []), f"{path.name}: tag its setup cell hide-input"
+
+
+def unlabelled_exercises(nb: dict, chapter: str) -> list[str]:
+    """Problems with a chapter's exercises: each is a paragraph ``**Exercise K...`` (K = 1, 2, ...
+    in order) directly after its own target ``(chNN-exercise-K)=``, so that the text, other
+    chapters and readers can link it."""
+    problems, k, seen = [], 0, False
+    for i, cell in enumerate(nb["cells"]):
+        if cell["cell_type"] != "markdown":
+            continue
+        lines = "".join(cell["source"]).split("\n")
+        if any(re.match(r"#+ .*Exercises", line) for line in lines):
+            seen = True
+        if not seen:
+            continue
+        fence = False
+        for j, line in enumerate(lines):
+            if line.startswith("```"):
+                fence = not fence
+            if fence:
+                continue
+            if re.match(r"(\*\*)?\d+\.(\*\*)? ", line):
+                problems.append(f"cell {i}: exercise as a bare number: {line[:40]!r}")
+            m = re.match(r"\*\*Exercise (\d+)", line)
+            if m:
+                k += 1
+                want = f"(ch{chapter}-exercise-{k})="
+                if int(m.group(1)) != k:
+                    problems.append(f"cell {i}: Exercise {m.group(1)} where {k} was due")
+                if j == 0 or lines[j - 1] != want:
+                    problems.append(f"cell {i}: Exercise {m.group(1)} lacks its target {want}")
+    if seen and k == 0:
+        problems.append("an Exercises section without a labelled exercise")
+    return problems
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2].isdigit()], ids=lambda p: p.stem)
+def test_exercises_are_labelled(path):
+    assert not unlabelled_exercises(json.loads(path.read_text()), path.name[:2]), path.name
+
+
+def test_exercise_rule_catches_a_list_and_a_missing_target():
+    md = lambda s: {"cell_type": "markdown", "source": [s]}  # noqa: E731
+    good = {"cells": [md("## 6. Exercises\n\n(ch02-exercise-1)=\n**Exercise 1.** Show it.")]}
+    assert unlabelled_exercises(good, "02") == []
+    listed = {"cells": [md("## Exercises\n\n1. Show it.\n2. And this.")]}
+    assert len(unlabelled_exercises(listed, "02")) == 3
+    bare = {"cells": [md("## Exercises\n\n**Exercise 1.** Show it.")]}
+    assert unlabelled_exercises(bare, "02") == ["cell 0: Exercise 1 lacks its target (ch02-exercise-1)="]

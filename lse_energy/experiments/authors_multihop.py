@@ -332,7 +332,7 @@ def _run(keys, model, n_steps, batch, lr, weight_decay, d, n_tokens, chain, x0_h
 # The expanding task (Fig. 3) as the authors' code defines it
 # ---------------------------------------------------------------------------------------------------------------
 
-#: The models of the authors' Fig. 3 code: one-head self-attention without the query itself, and their
+#: The models of the authors' Fig. 3 code, one-head self-attention without the query itself, and their
 #: expanding attention (:func:`predict_fig3`).
 FIG3_MODELS = ("self", "expanding")
 
