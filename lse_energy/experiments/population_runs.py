@@ -161,9 +161,11 @@ def ridge_prediction(s: dict, sizes, kernel: np.ndarray) -> dict:
     :math:`\mathrm{df}_2 = \mathrm{tr}\,\bar K^2(\bar K+\kappa)^{-2}`) gives the squared terms:
 
     .. math::
-        \mathrm{dist}^2 \approx \tfrac1M\, x^\top\bigl[(\kappa - \lambda'\kappa')(\bar K+\kappa)^{-1}
-            + \lambda'\kappa\kappa'(\bar K+\kappa)^{-2}\bigr]x, \qquad
-        \|D\|^2 \approx \tfrac{\kappa'}{N}\, x^\top \bar K(\bar K+\kappa)^{-2} x .
+        \begin{aligned}
+        \mathrm{dist}^2 &\approx \tfrac1M\, x^\top\bigl[(\kappa - \lambda'\kappa')(\bar K+\kappa)^{-1}
+            + \lambda'\kappa\kappa'(\bar K+\kappa)^{-2}\bigr]x, \\
+        \|D\|^2 &\approx \tfrac{\kappa'}{N}\, x^\top \bar K(\bar K+\kappa)^{-2} x .
+        \end{aligned}
 
     With :math:`\kappa = \lambda'`, :math:`\kappa' = 1` (the population limit, :math:`\hat S = \bar K`)
     they reduce to plugging the mean kernel into the formulas; ``plugin`` gives those values too.
