@@ -114,7 +114,10 @@ def pdf(session):
 
 
 NBVAL = ["--nbval", "--nbval-current-env", "--nbval-sanitize-with", "nbval_sanitize.cfg"]
-WORKERS = ["-n", os.environ.get("LSE_TEST_WORKERS", "2"), "--dist", "loadfile"]
+# --max-worker-restart 0: pytest-xdist 3.8 can deadlock when it replaces a crashed worker under
+# --dist loadfile (pytest-xdist#784, #1378), which turns one crash into a run that never ends.
+# With no restart a crash ends the run at once, naming the test it crashed in.
+WORKERS = ["-n", os.environ.get("LSE_TEST_WORKERS", "2"), "--dist", "loadfile", "--max-worker-restart", "0"]
 # Readers run the notebooks on other CPUs. XLA can emulate an older instruction set on
 # this one, which changes float32 round-off (and vectorised float64 maths) the way
 # another CPU would; every stored output must survive it.
