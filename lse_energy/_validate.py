@@ -119,6 +119,17 @@ def count(name: str, value, low: int = 1) -> int:
     return int(value)
 
 
+def prng_key(name: str, key):
+    """One PRNG key: a typed key (``jax.random.key``) of shape ``()`` or a raw ``uint32`` key
+    (``jax.random.PRNGKey``) of shape ``(2,)``."""
+    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
+        return key
+    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
+        return key
+    raise ValueError(f"{name} must be one PRNG key (jax.random.key); got {type(key).__name__} "
+                     f"{getattr(key, 'shape', '')}".rstrip())
+
+
 def _real_scalar(value) -> bool:
     if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
         return False

@@ -492,6 +492,7 @@ def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
     eps = jnp.asarray(epsilon, x.dtype)
     x0 = x
     if key is not None:
+        key = _validate.prng_key("key", key)
         x0 = _project(x + eps * jax.random.uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
     inner, aux = (_binary_ce_inner, t.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, t)
     return _ascend(params, x, x0, aux, eps, jnp.asarray(step_size, x.dtype),

@@ -427,12 +427,18 @@ def grad_prior_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
 # ---------------------------------------------------------------------------
 
 
-def _log_weights(params, x, eps, decoder, obs_scale):
+def _log_weight_terms(params, x, eps, decoder, obs_scale):
+    """``ln p(x | z)``, ``ln p(z)`` and ``ln q(z | x)`` of the reparameterised codes, each ``(S, N)``."""
     mu, logvar = _encode(params, x)
     z = mu + eps * jnp.exp(0.5 * logvar)                                      # (S, N, d_z)
     log_q = -0.5 * jnp.sum(eps**2 + logvar + _LOG_2PI, axis=-1)
     lp = _log_std_normal(z) if params.prior is None else core.logsumexp(_prior_sim(params.prior, z))
-    return _log_likelihood(_decode(params, z), x, decoder, obs_scale) + lp - log_q
+    return _log_likelihood(_decode(params, z), x, decoder, obs_scale), lp, log_q
+
+
+def _log_weights(params, x, eps, decoder, obs_scale):
+    log_lik, lp, log_q = _log_weight_terms(params, x, eps, decoder, obs_scale)
+    return log_lik + lp - log_q
 
 
 def _check_eps(eps, n, d_z):
@@ -510,11 +516,8 @@ def _loss_terms(params, x, eps, decoder, obs_scale, beta):
 
 
 def _iwae_loss_terms(params, x, eps, decoder, obs_scale):
-    mu, logvar = _encode(params, x)                                           # as _log_weights
-    z = mu + eps * jnp.exp(0.5 * logvar)                                      # (K, N, d_z)
-    log_q = -0.5 * jnp.sum(eps**2 + logvar + _LOG_2PI, axis=-1)
-    lp = _log_std_normal(z) if params.prior is None else core.logsumexp(_prior_sim(params.prior, z))
-    lw = _log_likelihood(_decode(params, z), x, decoder, obs_scale) + lp - log_q  # (K, N)
+    log_lik, lp, log_q = _log_weight_terms(params, x, eps, decoder, obs_scale)
+    lw = log_lik + lp - log_q                                                 # (K, N)
     iw = core.logsumexp(lw.T[:, None, :])[:, 0] - math.log(eps.shape[0])
     return -jnp.mean(iw), jnp.mean(log_q - lp)
 

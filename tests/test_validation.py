@@ -1723,6 +1723,7 @@ CASES += [
     C(adversarial.pgd, "positive", adv_pgd, lambda a: dict(step_size=0.0), r"step_size must be a finite scalar > 0",
       "zero_step"),
     C(adversarial.pgd, "dtype", adv_pgd, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.pgd, "type", adv_pgd, lambda a: dict(key=0), r"key must be one PRNG key", "int_key"),
     C(adversarial.minimal_perturbation, "positive", adv_minimal, lambda a: dict(eps_max=0.0),
       r"eps_max must be a finite scalar > 0", "zero_eps_max"),
     C(adversarial.minimal_perturbation, "dtype", adv_minimal, lambda a: dict(x=_ints(a["x"])),
@@ -1741,6 +1742,8 @@ CASES += [
     C(adversarial.fit, "type", adv_fit, lambda a: dict(optimizer="adam"), r"optimizer must be an optax",
       "optimizer_str"),
     C(adversarial.fit, "dtype", adv_fit, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
+    C(adversarial.fit, "domain", adv_fit, lambda a: dict(defence="mixup"),
+      r"defence must be 'trades' or 'augment'; got 'mixup'", "unknown_defence"),
     C(adversarial.fit, "diverge", adv_fit, lambda a: dict(optimizer=optax.sgd(1e308), n_epochs=5),
       r"adversarial.fit: the run diverged: .* became non-finite", "huge_rate"),
 ]
