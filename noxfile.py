@@ -127,8 +127,8 @@ PORTABILITY_ISAS = ("SSE4_2", "AVX")
 def _pytest_everything(session):
     session.run(
         "pytest",
-        # Notebooks first: they are the longest items, so with --dist loadfile the short
-        # package-test files fill the workers' tails instead of one notebook running alone.
+        # Each file (a notebook, or a test module) stays on one worker (--dist loadfile); xdist
+        # hands out the files with the most items first, so small test files fill the tails.
         "book",
         "tests",
         *NBVAL,
