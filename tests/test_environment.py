@@ -145,3 +145,29 @@ def test_installed_differences_reports_other_versions():
     found = {name: have for name, _, have in locktools.differences(pins)}
     assert set(found) == {"pytest", "not-a-real-package"}
     assert found["not-a-real-package"] == "not installed"
+
+
+def _mappings():
+    with open("/proc/self/maps") as f:
+        return sum(1 for _ in f)
+
+
+@pytest.mark.skipif(not pathlib.Path("/proc/self/maps").exists(), reason="needs Linux /proc")
+def test_clear_caches_releases_the_mappings_of_compiled_programs():
+    """conftest's per-module ``jax.clear_caches()`` keeps a worker under ``vm.max_map_count``.
+
+    That guard works only while clearing the caches unmaps the compiled code; this checks it
+    still does on the installed jax: 60 distinct programs add mappings, and clearing gives most back.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    jax.clear_caches()
+    before = _mappings()
+    for i in range(60):
+        jax.jit(lambda x, i=i: jnp.cumsum(jnp.sin(x)) * i)(jnp.ones(i + 1)).block_until_ready()
+    grown = _mappings()
+    jax.clear_caches()
+    after = _mappings()
+    assert grown - before >= 60, (before, grown)
+    assert after - before < (grown - before) / 3, (before, grown, after)
