@@ -16,7 +16,6 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 __all__ = ["GradientCheck", "check_gradient", "assert_gradient", "relative_error", "decade"]
 
@@ -52,11 +51,37 @@ def decade(err) -> str:
     return f"< {bound:.0e}"
 
 
+def _flat(tree) -> np.ndarray:
+    """The leaves of ``tree``, raveled and concatenated in ``jax.tree_util`` order, as a NumPy array.
+
+    ``jax.flatten_util.ravel_pytree``'s values, computed on the host: run eagerly, that function
+    compiles a small XLA program for every new shape, which a chapter pays for every check.
+    """
+    leaves = [np.asarray(leaf) for leaf in jax.tree_util.tree_leaves(tree)]
+    if not leaves:
+        return np.zeros(0)
+    return np.concatenate([leaf.ravel() for leaf in leaves]).astype(np.result_type(*leaves), copy=False)
+
+
+def _unravel(tree) -> Callable[[Any], Any]:
+    """Maps a flat vector back to ``tree``'s structure, shapes and dtypes (traceable; for ``jax.jit``)."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    shapes = [np.shape(leaf) for leaf in leaves]
+    dtypes = [np.asarray(leaf).dtype for leaf in leaves]
+    ends = np.cumsum([int(np.prod(s, dtype=np.int64)) for s in shapes])
+    starts = np.concatenate([[0], ends[:-1]]).astype(int)
+
+    def unravel(v):
+        return jax.tree_util.tree_unflatten(treedef, [
+            v[int(a):int(b)].reshape(s).astype(dt) for a, b, s, dt in zip(starts, ends, shapes, dtypes)
+        ])
+
+    return unravel
+
+
 def relative_error(a, b) -> float:
     r"""Normwise relative error :math:`\|a - b\|_\infty / \|b\|_\infty` (pytrees allowed)."""
-    fa, _ = ravel_pytree(a)
-    fb, _ = ravel_pytree(b)
-    fa, fb = np.asarray(fa, np.float64), np.asarray(fb, np.float64)
+    fa, fb = _flat(a).astype(np.float64), _flat(b).astype(np.float64)
     if fa.shape != fb.shape:
         raise ValueError(f"shapes differ: {fa.shape} vs {fb.shape}")
     scale = np.max(np.abs(fb)) if fb.size else 0.0
@@ -120,18 +145,18 @@ def check_gradient(
       ValueError: if ``x`` is not float64, or ``grad_fn`` returns the wrong
         shape.
     """
-    flat, unravel = ravel_pytree(x)
-    if flat.dtype != jnp.float64:
+    flat, unravel = _flat(x), _unravel(x)
+    if flat.dtype != np.float64:
         raise ValueError(
             f"check_gradient needs float64 inputs, got {flat.dtype}; call "
             "jax.config.update('jax_enable_x64', True) before creating arrays"
         )
-    analytic, _ = ravel_pytree(_compiled(grad_fn)(x))
+    analytic = _flat(_compiled(grad_fn)(x))
     if analytic.shape != flat.shape:
         raise ValueError(
             f"grad_fn returned {analytic.size} values but x has {flat.size}"
         )
-    auto, _ = ravel_pytree(_compiled(jax.grad(f))(x))
+    auto = _flat(_compiled(jax.grad(f))(x))
     analytic = np.asarray(analytic, np.float64)
 
     n = flat.size

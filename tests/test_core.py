@@ -334,6 +334,27 @@ def test_checker_handles_pytrees_and_subsets():
     assert res.autodiff_error == 0.0 and res.fd_error < 1e-6
 
 
+def test_host_flatten_and_unravel_agree_with_ravel_pytree():
+    """testing._flat / _unravel (host-side, no compile per shape) against jax.flatten_util.ravel_pytree."""
+    from jax.flatten_util import ravel_pytree
+
+    from lse_energy.testing import _flat, _unravel
+
+    rng = np.random.default_rng(2)
+    tree = {"b": (jnp.asarray(rng.normal(size=(3, 2))), np.float64(0.5)), "a": [jnp.asarray(rng.normal(size=5))],
+            "c": jnp.asarray(rng.normal(size=(2, 1, 2)), jnp.float32)}
+    ref, ref_unravel = ravel_pytree(tree)
+    flat = _flat(tree)
+    assert flat.dtype == ref.dtype and flat.shape == ref.shape
+    np.testing.assert_array_equal(flat, np.asarray(ref))
+    v = jnp.asarray(rng.normal(size=flat.size))
+    for ours, theirs in zip(jax.tree_util.tree_leaves(jax.jit(_unravel(tree))(v)),
+                            jax.tree_util.tree_leaves(ref_unravel(v))):
+        assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
+        np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
+    assert _flat({}).size == 0
+
+
 # --- softmax_average: the blocked kernel behind attention.attend and hopfield.update
 
 
