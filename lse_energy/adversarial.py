@@ -234,8 +234,8 @@ def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float =
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
     k1, k2 = jax.random.split(key)
-    W1 = jax.random.normal(k1, (n_in, n_hidden), dtype) * (scale / np.sqrt(n_in))
-    W2 = jax.random.normal(k2, (n_hidden, n_classes), dtype) * (scale / np.sqrt(n_hidden))
+    W1 = core.random_normal(k1, (n_in, n_hidden), dtype) * (scale / np.sqrt(n_in))
+    W2 = core.random_normal(k2, (n_hidden, n_classes), dtype) * (scale / np.sqrt(n_hidden))
     return Params(W1, jnp.zeros(n_hidden, dtype), W2, jnp.zeros(n_classes, dtype))
 
 
@@ -493,7 +493,7 @@ def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
     x0 = x
     if key is not None:
         key = _validate.prng_key("key", key)
-        x0 = _project(x + eps * jax.random.uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
+        x0 = _project(x + eps * core.random_uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
     inner, aux = (_binary_ce_inner, t.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, t)
     return _ascend(params, x, x0, aux, eps, jnp.asarray(step_size, x.dtype),
                    inner=inner, n_steps=n_steps, monotone=bool(monotone), box=box)
@@ -709,7 +709,7 @@ def inner_maximize(params: Params, x, epsilon: float, *, key, step_size: float, 
 
 def _inner(p, x, key, epsilon, step_size, init_scale, *, n_steps, monotone, box):
     inner = _binary_inner if p.W2.shape[1] == 1 else _kl_inner
-    x0 = _project(x + init_scale * jax.random.normal(key, x.shape, x.dtype), x, epsilon, box)
+    x0 = _project(x + init_scale * core.random_normal(key, x.shape, x.dtype), x, epsilon, box)
     return _ascend(p, x, x0, None, epsilon, step_size, inner=inner, n_steps=n_steps, monotone=monotone, box=box)
 
 
@@ -733,7 +733,7 @@ def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer,
         xb, tb, kb = inputs
         tf = tb.astype(x.dtype) if binary else tb
         if defence == "augment":
-            x0 = _project(xb + 1e-3 * jax.random.normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
+            x0 = _project(xb + 1e-3 * core.random_normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
             xa = jax.lax.stop_gradient(_ascend(p, xb, x0, tf, epsilon, step_size,
                                                inner=_binary_ce_inner if binary else _ce_inner,
                                                n_steps=inner_steps, monotone=True, box=box).x_adv)

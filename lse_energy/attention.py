@@ -517,8 +517,8 @@ def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
     k1, k2 = jax.random.split(key)
     s = scale / math.sqrt(d_in)
     return Params(
-        wq=s * jax.random.normal(k1, (d_k, d_in)),
-        wk=s * jax.random.normal(k2, (d_k, d_in)),
+        wq=s * core.random_normal(k1, (d_k, d_in)),
+        wk=s * core.random_normal(k2, (d_k, d_in)),
     )
 
 

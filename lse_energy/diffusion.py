@@ -226,7 +226,7 @@ def q_sample(schedule, x0, t, *, key):
       ``(x_t, eps)``, both ``(B, d)``.
     """
     mean, var = forward_marginal(schedule, x0, t)
-    eps = jax.random.normal(key, mean.shape, mean.dtype)
+    eps = core.random_normal(key, mean.shape, mean.dtype)
     return mean + jnp.sqrt(var)[:, None] * eps, eps
 
 
@@ -247,7 +247,7 @@ def q_step(schedule, x_prev, t, *, key):
     x_prev = _validate.points("x_prev", x_prev)
     t = _validate.time_steps(t, schedule.betas.shape[0], x_prev.shape[0])
     beta = schedule.betas[t - 1][:, None]
-    z = jax.random.normal(key, x_prev.shape, x_prev.dtype)
+    z = core.random_normal(key, x_prev.shape, x_prev.dtype)
     return jnp.sqrt(1.0 - beta) * x_prev + jnp.sqrt(beta) * z
 
 
@@ -437,7 +437,7 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
     schedule, x0 = _check_loss(eps_fn, schedule, x0)
     kt, ke = jax.random.split(key)
     t = jax.random.randint(kt, (x0.shape[0],), 1, schedule.betas.shape[0] + 1)
-    eps = jax.random.normal(ke, x0.shape, x0.dtype)
+    eps = core.random_normal(ke, x0.shape, x0.dtype)
     return _denoising_loss(eps_fn, params, schedule, x0, t, eps)
 
 
@@ -591,7 +591,7 @@ def _sample(eps_fn, params, schedule, key, shape, sigma, return_path):
     n_steps = schedule.betas.shape[0]
     dtype = schedule.betas.dtype
     k_init, k_steps = jax.random.split(key)
-    x_init = jax.random.normal(k_init, shape, dtype)
+    x_init = core.random_normal(k_init, shape, dtype)
     sig = _sigmas(schedule, sigma)
     step_keys = jax.random.split(k_steps, n_steps)
     ts = jnp.arange(n_steps, 0, -1)
@@ -600,7 +600,7 @@ def _sample(eps_fn, params, schedule, key, shape, sigma, return_path):
         t, k = inputs
         tb = jnp.full((shape[0],), t)
         eps = eps_fn(params, schedule, x, tb)
-        z = jnp.where(t > 1, jax.random.normal(k, shape, dtype), 0.0)
+        z = jnp.where(t > 1, core.random_normal(k, shape, dtype), 0.0)
         x_new = _reverse_mean(schedule, x, tb, eps) + sig[t - 1] * z
         return x_new, (x_new if return_path else None)
 

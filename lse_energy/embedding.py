@@ -212,8 +212,8 @@ def init_params(n_vocab: int, dim: int, *, key: Array, scale: float = 0.1, dtype
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {dtype}")
     ku, kv = jax.random.split(key)
-    return Params(scale * jax.random.normal(ku, (n_vocab, dim), dtype),
-                  scale * jax.random.normal(kv, (n_vocab, dim), dtype))
+    return Params(scale * core.random_normal(ku, (n_vocab, dim), dtype),
+                  scale * core.random_normal(kv, (n_vocab, dim), dtype))
 
 
 def scores(params: Params) -> Array:
@@ -619,7 +619,7 @@ def _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objectiv
     cdf_noise = jnp.cumsum(noise) / noise.sum()
 
     def draw(kk, cdf, shape):
-        u = jax.random.uniform(kk, shape, cdf.dtype)
+        u = core.random_uniform(kk, shape, cdf.dtype)
         return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
 
     def full_grad(p):

@@ -244,7 +244,7 @@ def init_mlp(sizes, *, key, dtype=jnp.float64) -> MLP:
     sizes = tuple(_validate.count("sizes", s, 1) for s in sizes)
     dtype = _check_dtype(dtype)
     keys = jax.random.split(key, len(sizes) - 1)
-    ws = tuple(jax.random.normal(k, (m, n), dtype) / math.sqrt(m) for k, m, n in zip(keys, sizes[:-1], sizes[1:]))
+    ws = tuple(core.random_normal(k, (m, n), dtype) / math.sqrt(m) for k, m, n in zip(keys, sizes[:-1], sizes[1:]))
     return MLP(ws, tuple(jnp.zeros(n, dtype) for n in sizes[1:]))
 
 
@@ -470,7 +470,7 @@ def sample_mixture(centers, std: float, n_samples: int, *, key) -> Array:
     n_samples = _validate.count("n_samples", n_samples, 1)
     kc, kn = jax.random.split(key)
     k = jax.random.randint(kc, (n_samples,), 0, centers.shape[0])
-    return centers[k] + std * jax.random.normal(kn, (n_samples, centers.shape[1]), centers.dtype)
+    return centers[k] + std * core.random_normal(kn, (n_samples, centers.shape[1]), centers.dtype)
 
 
 def mixture_log_density(x, centers, std: float) -> Array:
@@ -525,7 +525,7 @@ def _fit(params, data, key, opt_state, d_optimizer, g_optimizer, n_steps, batch_
         p, ds = carry
         ki, kz = jax.random.split(k)
         x = data[jax.random.randint(ki, (batch_size,), 0, data.shape[0])]
-        z = jax.random.normal(kz, (batch_size, noise_dim), dtype)
+        z = core.random_normal(kz, (batch_size, noise_dim), dtype)
         loss, g = jax.value_and_grad(lambda th: _d_loss(p._replace(discriminator=th), x, z))(p.discriminator)
         upd, ds = d_optimizer.update(g, ds, p.discriminator)
         return (p._replace(discriminator=jax.tree.map(jnp.add, p.discriminator, upd)), ds), loss
@@ -536,7 +536,7 @@ def _fit(params, data, key, opt_state, d_optimizer, g_optimizer, n_steps, batch_
         kd, kg = jax.random.split(k)
         (p, ds), d_losses = jax.lax.scan(d_update, (p, ds), jax.random.split(kd, d_steps))
         if train_generator:
-            z = jax.random.normal(kg, (batch_size, noise_dim), dtype)
+            z = core.random_normal(kg, (batch_size, noise_dim), dtype)
             g_val, g = jax.value_and_grad(lambda ph: _g_loss(p._replace(generator=ph), z, kind))(p.generator)
             g_norm = jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
             d_fake = jnp.mean(jax.nn.sigmoid(_logit(p, _forward(p.generator, z))))

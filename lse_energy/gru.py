@@ -179,9 +179,9 @@ def init_min_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None
     sd, sh = 1.0 / math.sqrt(D), 1.0 / math.sqrt(H)
     ks = jax.random.split(key, 3)
     z = jnp.zeros(H, dtype)
-    return MinParams(jax.random.uniform(ks[0], (D, H), dtype, -sd, sd), z,
-                     jax.random.uniform(ks[1], (D, H), dtype, -sd, sd), z,
-                     jax.random.uniform(ks[2], (H, K), dtype, -sh, sh), jnp.zeros(K, dtype))
+    return MinParams(core.random_uniform(ks[0], (D, H), dtype, -sd, sd), z,
+                     core.random_uniform(ks[1], (D, H), dtype, -sd, sd), z,
+                     core.random_uniform(ks[2], (H, K), dtype, -sh, sh), jnp.zeros(K, dtype))
 
 
 def param_count(params) -> int:

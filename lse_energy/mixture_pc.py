@@ -151,10 +151,10 @@ def init_params(
         raise ValueError(f"bias_scale must be finite and >= 0; got {bias_scale!r}")
     k1, k2, k3, k4 = jax.random.split(key, 4)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    W1 = input_scale / np.sqrt(latent_dim) * jax.random.normal(k1, (hidden_dim, latent_dim), dtype)
-    W2 = output_scale / np.sqrt(hidden_dim) * jax.random.normal(k2, (out_dim, hidden_dim), dtype)
-    b1 = bias_scale * jax.random.normal(k3, (hidden_dim,), dtype)
-    b2 = bias_scale * output_scale * jax.random.normal(k4, (out_dim,), dtype)
+    W1 = input_scale / np.sqrt(latent_dim) * core.random_normal(k1, (hidden_dim, latent_dim), dtype)
+    W2 = output_scale / np.sqrt(hidden_dim) * core.random_normal(k2, (out_dim, hidden_dim), dtype)
+    b1 = bias_scale * core.random_normal(k3, (hidden_dim,), dtype)
+    b2 = bias_scale * output_scale * core.random_normal(k4, (out_dim,), dtype)
     return Params(W1=W1, b1=b1, W2=W2, b2=b2)
 
 
@@ -638,7 +638,7 @@ def sample(teacher: Params, num_clusters: int, points_per_cluster: int, *, key: 
     dtype = teacher.W1.dtype
     kc, kz, kx = jax.random.split(key, 3)
     if latent_centres is None:
-        centres = centre_scale * jax.random.normal(kc, (K, m), dtype)
+        centres = centre_scale * core.random_normal(kc, (K, m), dtype)
     else:
         centres = _validate.matrix("latent_centres", latent_centres, m, "m = teacher.W1.shape[1]")
         if centres.shape[0] != K:
@@ -646,6 +646,6 @@ def sample(teacher: Params, num_clusters: int, points_per_cluster: int, *, key: 
                 f"latent_centres must have num_clusters = {K} rows; got shape {centres.shape}"
             )
     labels = jnp.repeat(jnp.arange(K), n)
-    z = centres[labels] + latent_noise * jax.random.normal(kz, (K * n, m), dtype)
-    x = _predict(teacher, z) + obs_noise * jax.random.normal(kx, (K * n, d), dtype)
+    z = centres[labels] + latent_noise * core.random_normal(kz, (K * n, m), dtype)
+    x = _predict(teacher, z) + obs_noise * core.random_normal(kx, (K * n, d), dtype)
     return Data(x=x, labels=labels, latent_centres=centres, z=z)

@@ -179,10 +179,10 @@ def init_params(d: int, n_neurons: int, *, key, intercepts=(-0.95, 0.95), max_cu
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {dtype}")
     k1, k2, k3 = jax.random.split(key, 3)
-    enc = jax.random.normal(k1, (d, n), dtype=dtype)
+    enc = core.random_normal(k1, (d, n), dtype=dtype)
     enc = enc / jnp.linalg.norm(enc, axis=0, keepdims=True)
-    c = jax.random.uniform(k2, (n,), dtype=dtype, minval=lo_c, maxval=hi_c)
-    jmax = jax.random.uniform(k3, (n,), dtype=dtype, minval=lo_j, maxval=hi_j)
+    c = core.random_uniform(k2, (n,), dtype=dtype, minval=lo_c, maxval=hi_c)
+    jmax = core.random_uniform(k3, (n,), dtype=dtype, minval=lo_j, maxval=hi_j)
     gains = (jmax - threshold) / (1 - c)
     return Params(enc, gains, threshold - gains * c)
 

@@ -219,7 +219,7 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01,
         raise ValueError(f"scale must be finite and >= 0; got {scale!r}")
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
-    W = scale * jax.random.normal(key, (n_visible, n_hidden), dtype)
+    W = scale * core.random_normal(key, (n_visible, n_hidden), dtype)
     if data is None:
         b = jnp.zeros(n_visible, dtype)
     else:
@@ -422,7 +422,7 @@ def visible_probs(params: Params, h) -> Array:
 
 
 def _bernoulli(key, p):
-    return jax.random.bernoulli(key, p).astype(p.dtype)
+    return (core.random_uniform(key, p.shape, p.dtype) < p).astype(p.dtype)  # jax.random.bernoulli(key, p)
 
 
 def sample_hidden(params: Params, v, *, key) -> Array:

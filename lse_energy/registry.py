@@ -131,7 +131,7 @@ def _expanding(key):
 
 
 def _rbm(key):
-    v = (jax.random.uniform(jax.random.fold_in(key, 1), (3,)) < 0.5).astype(jnp.result_type(float))
+    v = (core.random_uniform(jax.random.fold_in(key, 1), (3,)) < 0.5).astype(jnp.result_type(float))
     return dict(params=rbm.Params(W=_n(key, 0, (3, 2), 0.5), b=_n(key, 2, (3,), 0.1), c=_n(key, 3, (2,), 0.1)), v=v)
 
 

@@ -653,7 +653,7 @@ def _sample_body(params, x0, key, n_steps):
     kz, ke = jax.random.split(key)
     z = jax.random.categorical(kz, jnp.log(params.weights), shape=(n_steps,))
     L = jnp.linalg.cholesky(params.covariances)
-    eps = jnp.einsum("tij,tj->ti", L[z], jax.random.normal(ke, (n_steps, x0.shape[0]), x0.dtype))
+    eps = jnp.einsum("tij,tj->ti", L[z], core.random_normal(ke, (n_steps, x0.shape[0]), x0.dtype))
 
     def step(xt, inp):
         k, e = inp

@@ -701,8 +701,8 @@ def fourier_features(points, *, n_features: int, lengthscale: float, key) -> Arr
 @partial(jax.jit, static_argnames=("n_features",))
 def _fourier(points, key, lengthscale, n_features):
     k1, k2 = jax.random.split(key)
-    omega = jax.random.normal(k1, (n_features, points.shape[1]), points.dtype) / lengthscale
-    b = jax.random.uniform(k2, (n_features,), points.dtype, maxval=2 * jnp.pi)
+    omega = core.random_normal(k1, (n_features, points.shape[1]), points.dtype) / lengthscale
+    b = core.random_uniform(k2, (n_features,), points.dtype, maxval=2 * jnp.pi)
     return jnp.sqrt(2.0 / n_features) * jnp.cos(points @ omega.T + b)
 
 
@@ -773,11 +773,11 @@ def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
 def _blob_scene(key, std, min_separation, n_blobs, n_per_blob, n_candidates):
     """One compiled program per scene shape (the eager version compiled every operation separately)."""
     k1, k2 = jax.random.split(key)
-    cand = jax.random.uniform(k1, (n_candidates, n_blobs, 2), minval=-1.0, maxval=1.0)
+    cand = core.random_uniform(k1, (n_candidates, n_blobs, 2), minval=-1.0, maxval=1.0)
     dist = jnp.linalg.norm(cand[:, :, None] - cand[:, None, :], axis=-1)
     dist = dist + jnp.where(jnp.eye(n_blobs, dtype=bool), jnp.inf, 0.0)
     ok = jnp.min(dist, axis=(1, 2)) >= min_separation
     centres = cand[jnp.argmax(ok)]
     labels = jnp.repeat(jnp.arange(n_blobs), n_per_blob)
-    points = centres[labels] + std * jax.random.normal(k2, (n_blobs * n_per_blob, 2), centres.dtype)
+    points = centres[labels] + std * core.random_normal(k2, (n_blobs * n_per_blob, 2), centres.dtype)
     return points, labels, centres, jnp.any(ok)

@@ -244,7 +244,7 @@ def init_params(n_visible: int, n_latent: int, n_hidden: int, *, key, n_componen
     keys = jax.random.split(key, 6)
 
     def w(k, a, b):
-        return jax.random.normal(k, (a, b), dtype) * math.sqrt(2.0 / (a + b))
+        return core.random_normal(k, (a, b), dtype) * math.sqrt(2.0 / (a + b))
 
     def zeros(n):
         return jnp.zeros(n, dtype)
@@ -262,7 +262,7 @@ def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dty
     d_z = _validate.count("n_latent", n_latent)
     scale = _validate.positive("scale", scale)
     dtype = _float_dtype(dtype)
-    return MixturePrior(jnp.zeros(K, dtype), scale * jax.random.normal(key, (K, d_z), dtype),
+    return MixturePrior(jnp.zeros(K, dtype), scale * core.random_normal(key, (K, d_z), dtype),
                         jnp.zeros((K, d_z), dtype))
 
 
@@ -479,7 +479,7 @@ def iwae_bound(log_w) -> Array:
 
 
 def _draw(params, x, key, n_samples):
-    return jax.random.normal(key, (n_samples,) + x.shape[:1] + params.mu_W.shape[1:], x.dtype)
+    return core.random_normal(key, (n_samples,) + x.shape[:1] + params.mu_W.shape[1:], x.dtype)
 
 
 def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoulli",
@@ -577,11 +577,11 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
         p, s = carry
         xb, k = data
         if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
-            eps = jax.random.normal(k, (batch_size, d_z), x.dtype)
+            eps = core.random_normal(k, (batch_size, d_z), x.dtype)
             (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale,
                                                                                beta)
         else:  # -IWAE_K
-            eps = jax.random.normal(k, (n_samples, batch_size, d_z), x.dtype)
+            eps = core.random_normal(k, (n_samples, batch_size, d_z), x.dtype)
             (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder,
                                                                                     obs_scale)
         updates, s = optimizer.update(grads, s, p)

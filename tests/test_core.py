@@ -455,6 +455,21 @@ def test_random_normal_matches_for_other_keys(make_key):
                                       np.asarray(jax.random.normal(make_key(), shape)))
 
 
+@pytest.mark.parametrize("shape", [(), (17,), (4, 3), (2, 3, 4), (3, 0, 2)])
+@pytest.mark.parametrize("dtype, bounds", [(None, ()), (jnp.float32, (-2.0, 3.0)), (jnp.float64, (0.5, 0.75))])
+def test_random_uniform_draws_jax_random_uniforms_numbers(shape, dtype, bounds):
+    key = jax.random.key(5)
+    args = (() if dtype is None else (dtype,)) + bounds
+    ref = jax.random.uniform(key, shape, *args) if dtype is not None else jax.random.uniform(key, shape)
+    for got in (core.random_uniform(key, shape, dtype, *bounds),
+                jax.jit(lambda k: core.random_uniform(k, shape, dtype, *bounds))(key)):
+        assert got.shape == ref.shape and got.dtype == ref.dtype
+        np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+    lo = jnp.zeros(shape)  # array bounds go to jax.random.uniform as they are
+    np.testing.assert_array_equal(np.asarray(core.random_uniform(key, shape, None, lo, 2.0)),
+                                  np.asarray(jax.random.uniform(key, shape, minval=lo, maxval=2.0)))
+
+
 def test_random_normal_under_jit_and_vmap():
     keys = jax.random.split(jax.random.key(4), 3)
     got = jax.jit(jax.vmap(lambda k: core.random_normal(k, (5, 3))))(keys)

@@ -71,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lse_energy import _validate, attention, multihop
+from lse_energy import _validate, attention, core, multihop
 
 Array = jax.Array
 
@@ -104,7 +104,7 @@ def make_task(d: int = 3, *, key) -> Task:
     d = _validate.count("d", d, 1)
     kw, ka = jax.random.split(key)
     dtype = jnp.result_type(float)
-    return Task(w_y=1.0 + jax.random.normal(kw, (d,), dtype), a=jax.random.uniform(ka, (d, d), dtype))
+    return Task(w_y=1.0 + core.random_normal(kw, (d,), dtype), a=core.random_uniform(ka, (d, d), dtype))
 
 
 def _check_sizes(n_tokens, chain):
@@ -153,8 +153,8 @@ def _sample(task, key, batch, n_tokens, chain, x0_high, noise, target):
     d = task.a.shape[0]
     dtype = task.a.dtype
     k0, kz, kp = jax.random.split(key, 3)
-    z = noise * jax.random.normal(kz, (batch, n_tokens, d), dtype)  # distractors and chain noise
-    xs = [x0_high * jax.random.uniform(k0, (batch, d), dtype)]
+    z = noise * core.random_normal(kz, (batch, n_tokens, d), dtype)  # distractors and chain noise
+    xs = [x0_high * core.random_uniform(k0, (batch, d), dtype)]
     for i in range(1, chain):
         xs.append(xs[-1] @ task.a + z[:, n_tokens - chain + i])
     if target == "code":
@@ -177,7 +177,7 @@ def init_params(d: int = 3, *, key) -> multihop.Params:
 
 def _init(key, d):
     b = 1.0 / math.sqrt(d)
-    w = jax.random.uniform(key, (2 * d + 1, d), jnp.result_type(float), -b, b)
+    w = core.random_uniform(key, (2 * d + 1, d), jnp.result_type(float), -b, b)
     return multihop.Params(wq=w[:d], wk=w[d:2 * d], wv=w[2 * d:])
 
 
@@ -386,9 +386,9 @@ def _sample_fig3(task, key, n, batch, p, x0_high, noise):
     d = task.a.shape[0]
     dtype = task.a.dtype
     k0, kz, kg = jax.random.split(key, 3)
-    z = noise * jax.random.normal(kz, (batch, n, d), dtype)
-    x0 = x0_high * jax.random.uniform(k0, (batch, d), dtype)
-    u = 1.0 - jax.random.uniform(kg, (batch,), dtype)  # in (0, 1]
+    z = noise * core.random_normal(kz, (batch, n, d), dtype)
+    x0 = x0_high * core.random_uniform(k0, (batch, d), dtype)
+    u = 1.0 - core.random_uniform(kg, (batch,), dtype)  # in (0, 1]
     gap = jnp.floor(jnp.log(u) / jnp.log1p(-p)) + 1.0  # Geo(p) on {1, 2, ...} by inversion
     dist = jnp.minimum(gap + 1.0, n - 1).astype(jnp.int32)
     rows = jnp.arange(batch)

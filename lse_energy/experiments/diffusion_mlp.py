@@ -122,7 +122,7 @@ def init_params(dim: int, *, key, hidden=(128, 128), n_freqs: int = 8) -> Params
     dtype = jnp.result_type(float)
     for i, (k, n_in, n_out) in enumerate(zip(keys, sizes[:-1], sizes[1:])):
         scale = jnp.sqrt(2.0 / n_in) * (0.1 if i == len(sizes) - 2 else 1.0)
-        ws.append(scale * jax.random.normal(k, (n_in, n_out), dtype))
+        ws.append(scale * core.random_normal(k, (n_in, n_out), dtype))
         bs.append(jnp.zeros((n_out,), dtype))
     return Params(weights=tuple(ws), biases=tuple(bs))
 
@@ -193,7 +193,7 @@ def _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
         idx = jax.random.randint(ki, (batch_size,), 0, data.shape[0])
         t = jax.random.randint(kt, (batch_size,), 1, T + 1)
         x0 = data[idx]
-        eps = jax.random.normal(ke, x0.shape, x0.dtype)
+        eps = core.random_normal(ke, x0.shape, x0.dtype)
         return diffusion.denoising_loss(epsilon, p, schedule, x0, t, eps)
 
     def step(carry, k):

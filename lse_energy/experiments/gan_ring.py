@@ -56,7 +56,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lse_energy import gan
+from lse_energy import core, gan
 from lse_energy.experiments import store
 
 __all__ = ["GAN", "LOSSES", "SIZE_KEYS", "REPLAY_STEPS", "EXPERIMENTS", "ring", "train_seed", "eval_grad_norms",
@@ -94,7 +94,7 @@ def ring(settings: dict):
     """``(centers, data, noise)``: the mode centres, the training data and the evaluation noise."""
     centers = gan.ring_centers(settings["n_modes"], settings["radius"])
     data = gan.sample_mixture(centers, settings["std"], settings["n_data"], key=jax.random.key(10))
-    noise = jax.random.normal(jax.random.key(11), (settings["n_eval"], 2), centers.dtype)
+    noise = core.random_normal(jax.random.key(11), (settings["n_eval"], 2), centers.dtype)
     return centers, data, noise
 
 

@@ -31,6 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
+from lse_energy import core
 from lse_energy import mixture_pc as mpc
 from lse_energy.experiments import store
 
@@ -82,7 +83,7 @@ def problem(s: dict, seed: int) -> dict:
     gap = min(float(np.linalg.norm(c[a] - c[b])) for a in range(s["K"]) for b in range(a))
     student = mpc.init_params(s["m"], s["H"], s["d"], key=k_student, output_scale=s["student_output_scale"])
     student = student._replace(b2=X.mean(0))
-    mu0 = jax.random.normal(k_mu, (s["K"], s["m"]))
+    mu0 = core.random_normal(k_mu, (s["K"], s["m"]))
     return dict(teacher=teacher, data=data, X=X, centres=centres, gap=gap, student=student, mu0=mu0)
 
 

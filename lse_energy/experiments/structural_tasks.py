@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, _validate, attention, expanding, multihop
+from lse_energy import _progress, _validate, attention, core, expanding, multihop
 
 Array = jax.Array
 
@@ -75,9 +75,9 @@ def make_multihop_task(d: int, rank: int, *, key, strength: float = 3.0) -> Mult
 @partial(jax.jit, static_argnums=(1, 2))  # one compiled draw instead of an eager op per line
 def _make_multihop_task(key, d, rank, strength):
     k1, k2 = jax.random.split(key)
-    basis, _ = jnp.linalg.qr(jax.random.normal(k1, (d, 2 * rank)))
+    basis, _ = jnp.linalg.qr(core.random_normal(k1, (d, 2 * rank)))
     w_r = strength * basis[:, :rank] @ basis[:, rank:].T
-    return MultiHopTask(w_r=w_r, w_y=jax.random.normal(k2, (d,)) / math.sqrt(d))
+    return MultiHopTask(w_r=w_r, w_y=core.random_normal(k2, (d,)) / math.sqrt(d))
 
 
 def multihop_target_variance(task: MultiHopTask) -> Array:
@@ -101,13 +101,13 @@ def sample_multihop(task: MultiHopTask, n_nodes: int, batch: int, *, key):
 def _sample_multihop(task, key, n_nodes, batch):
     d = task.w_r.shape[0]
     k1, k2 = jax.random.split(key)
-    z = jax.random.normal(k1, (batch, n_nodes, d))
+    z = core.random_normal(k1, (batch, n_nodes, d))
     x0 = z[:, 0]
     x1 = x0 @ task.w_r.T + z[:, 1]
     x2 = x1 @ task.w_r.T + z[:, 2]
     y = (x1 + x0) @ task.w_y
     nodes = jnp.concatenate([jnp.stack([x0, x1, x2], 1), z[:, 3:]], axis=1)
-    perm = jnp.argsort(jax.random.uniform(k2, (batch, n_nodes)), axis=1)  # uniform random permutations
+    perm = jnp.argsort(core.random_uniform(k2, (batch, n_nodes)), axis=1)  # uniform random permutations
     x = jnp.take_along_axis(nodes, perm[:, :, None], axis=1)
     pos = jnp.argsort(perm, axis=1)[:, :3]  # where nodes 0, 1, 2 ended up
     return x, y, pos
@@ -136,8 +136,8 @@ def _init_toy(model, key, d, d_k):
     s = 1.0 / math.sqrt(d)
 
     def head(k3, dv):
-        return multihop.Params(wq=s * jax.random.normal(k3[0], (d_k, d)), wk=s * jax.random.normal(k3[1], (d_k, d)),
-                              wv=s * jax.random.normal(k3[2], (dv, d)))
+        return multihop.Params(wq=s * core.random_normal(k3[0], (d_k, d)), wk=s * core.random_normal(k3[1], (d_k, d)),
+                              wv=s * core.random_normal(k3[2], (dv, d)))
 
     if model == "two_layer":
         return (head(ks[:3], d), head(ks[3:], 1))
@@ -350,7 +350,7 @@ def make_expanding_task(d: int, rank: int, *, key, strength: float = 3.0) -> Exp
 
 def _truncated_geometric(key, p, n_max, shape):
     # Inverse CDF of Geo(p) on {0..n_max}: P(D <= k) = (1 - (1-p)^(k+1)) / (1 - (1-p)^(n_max+1)).
-    u = jax.random.uniform(key, shape)
+    u = core.random_uniform(key, shape)
     tail = 1.0 - (1.0 - p) ** (n_max + 1)
     dist = jnp.floor(jnp.log1p(-u * tail) / jnp.log1p(-p))
     return jnp.clip(dist, 0, n_max).astype(jnp.int32)
@@ -374,7 +374,7 @@ def sample_expanding(task: ExpandingTask, n: int, batch: int, p, *, key):
 def _sample_expanding(task, key, n, batch, p):
     d = task.w_r.shape[0]
     k1, k2 = jax.random.split(key)
-    z = jax.random.normal(k1, (batch, n, d))
+    z = core.random_normal(k1, (batch, n, d))
     dist = _truncated_geometric(k2, p, n - 2, (batch,))
     rows = jnp.arange(batch)
     x1 = z[rows, n - 2 - dist]

@@ -67,7 +67,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lse_energy import vae
+from lse_energy import core, vae
 from lse_energy.experiments import store
 
 __all__ = ["SETTINGS", "SETTINGS_CONTINUATION", "REPLAY_EPOCHS", "EXPERIMENTS", "data", "summary",
@@ -138,7 +138,7 @@ def _evaluate(s, p, d, seed, with_se=False) -> dict:
 
     x_tr, y_tr, x_te, _ = d
     key = jax.random.key(s["eval_key_offset"] + seed)
-    lw = vae.log_weights(p, x_te, jax.random.normal(key, (s["n_iwae"], x_te.shape[0], s["d_z"]), x_te.dtype))
+    lw = vae.log_weights(p, x_te, core.random_normal(key, (s["n_iwae"], x_te.shape[0], s["d_z"]), x_te.dtype))
     e1, i10, i100 = (np.asarray(vae.elbo_bound(lw[:1])), np.asarray(vae.iwae_bound(lw[:10])),
                      np.asarray(vae.iwae_bound(lw)))
     gap = i100 - e1
@@ -168,10 +168,10 @@ def _pictures(s, p, d, seed) -> dict:
     out = dict(recon=sig(vae.decode(p, vae.encode(p, x_te)[0])))
     key = jax.random.key(s["eval_key_offset"] + seed + 1000)
     if p.prior is None:
-        out["samples"] = sig(vae.decode(p, jax.random.normal(key, (n, s["d_z"]), x_te.dtype)))
+        out["samples"] = sig(vae.decode(p, core.random_normal(key, (n, s["d_z"]), x_te.dtype)))
     else:
         pr = p.prior
-        eps = jax.random.normal(key, (pr.means.shape[0], 8, s["d_z"]), x_te.dtype)
+        eps = core.random_normal(key, (pr.means.shape[0], 8, s["d_z"]), x_te.dtype)
         z = pr.means[:, None] + jnp.exp(pr.log_scales)[:, None] * eps
         out["component_samples"] = sig(vae.decode(p, z.reshape(-1, s["d_z"]))).reshape(pr.means.shape[0], 8, -1)
         out["pi"] = jax.nn.softmax(pr.logits)
@@ -183,7 +183,7 @@ def _replay(s, cell):
     out = {}
     for m in MODELS:
         r = _fit(s, _init(s, m, cell["seed"]), d[0], cell["seed"], 0, REPLAY_EPOCHS)
-        eps = jax.random.normal(jax.random.key(s["eval_key_offset"] + cell["seed"]), (1, d[2].shape[0], s["d_z"]),
+        eps = core.random_normal(jax.random.key(s["eval_key_offset"] + cell["seed"]), (1, d[2].shape[0], s["d_z"]),
                                 d[2].dtype)
         out[m] = dict(loss=np.asarray(r.energies), test_elbo=float(jnp.mean(vae.log_weights(r.params, d[2], eps))))
     return out
