@@ -206,8 +206,8 @@ MUTANTS: tuple[Mutant, ...] = (
       "    return -(v @ b) - jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)",
       "    return -jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)", "free energy drops -b.v"),
     # diffusion
-    M("diff_last_step_noise", "diffusion", "        z = jnp.where(t > 1, jax.random.normal(k, shape, dtype), 0.0)",
-      "        z = jnp.where(t > 0, jax.random.normal(k, shape, dtype), 0.0)",
+    M("diff_last_step_noise", "diffusion", "        z = jnp.where(t > 1, core.random_normal(k, shape, dtype), 0.0)",
+      "        z = jnp.where(t > 0, core.random_normal(k, shape, dtype), 0.0)",
       "sampler adds noise at the last step too (off-by-one)"),
     M("diff_kl_weight_alpha", "diffusion", "    return beta**2 / (2.0 * sigma2 * alpha * (1.0 - ab))",
       "    return beta**2 / (2.0 * sigma2 * (1.0 - ab))", "KL weight drops alpha_t"),
