@@ -59,18 +59,22 @@ def _kernel_env(session):
 def book(session):
     """Execute every chapter and render the HTML book into _build/html."""
     _install_locked(session)
-    session.run(
-        "jupyter-book",
-        "build",
-        "--all",
-        ".",
-        "-W",
-        "-n",
-        "--keep-going",
-        # Progress bars off while the book is built: tqdm would store a widget that the
-        # static page cannot run (a reader's own Jupyter still shows them).
-        env={**_kernel_env(session), **FAST_COMPILE, "TQDM_DISABLE": "1"},
-    )
+    # Progress bars off while the book is built: tqdm would store a widget that the
+    # static page cannot run (a reader's own Jupyter still shows them).
+    env = {**_kernel_env(session), **FAST_COMPILE, "TQDM_DISABLE": "1"}
+    # The notebooks run two at a time into an emptied jupyter-cache (tools/execute_book.py),
+    # then the build takes their outputs from it (execute_notebooks: cache, in a copy of
+    # _config.yml); one kernel at a time left one of the two cores idle for most of the build.
+    # A notebook missing from the cache is executed, and reported, by the build itself.
+    cache = ROOT / "_build" / ".jupyter_cache"
+    session.run("python", "tools/execute_book.py", str(cache), env=env)
+    config = pathlib.Path(session.create_tmp()).resolve() / "_config_book.yml"
+    session.run("python", "-c", "import sys, yaml; c = yaml.safe_load(open('_config.yml')); "
+                "c['execute'].update(execute_notebooks='cache', cache=sys.argv[2]); "
+                "open(sys.argv[1], 'w').write(yaml.safe_dump(c, allow_unicode=True))",
+                str(config), str(cache), silent=True)
+    session.run("jupyter-book", "build", "--all", ".", "-W", "-n", "--keep-going", "--config", str(config),
+                env=env)
     index = ROOT / "_build" / "html" / "index.html"
     session.log(f"The book is ready: open file://{index}")
 

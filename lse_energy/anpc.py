@@ -245,6 +245,7 @@ def sim(params: Params, x, precisions=None, *, activation: str = "tanh") -> Arra
     return _sim(params, x, k, activation)
 
 
+@partial(jax.jit, static_argnums=3)
 def _attention(params, x, k, activation):
     return core.weights(_sim(params, x, k, activation), params.adjacency, allow_empty=True)
 
@@ -287,6 +288,7 @@ def effective_precisions(params: Params, x, precisions=None, *,
     return k * _attention(params, x, k, activation)
 
 
+@partial(jax.jit, static_argnums=3)
 def _energy(params, x, k, activation):
     return core.energy(_sim(params, x, k, activation), params.adjacency, allow_empty=True)
 
@@ -328,6 +330,7 @@ def energy(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     return _energy(params, x, k, activation)
 
 
+@partial(jax.jit, static_argnums=3)
 def _standard_energy(params, x, k, activation):
     # Each synapse is its own child with a single parent: -ln exp(sim) = -sim.
     sim = _sim(params, x, k, activation)
@@ -472,6 +475,7 @@ def _check_clamp_mask(clamp, N) -> Array:
     return c
 
 
+@partial(jax.jit, static_argnums=(3, 5))
 def _lipschitz(params, k, free, activation, radius, normalised):
     A = params.adjacency
     W, B = params.weights, params.biases

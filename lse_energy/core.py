@@ -91,6 +91,10 @@ def _check_sim(sim, mask, allow_empty: bool):
     return sim, mask
 
 
+# The bodies of the public functions below are compiled as one program each, after the
+# checks on the host: called eagerly (as the chapters do), one compile per shape instead
+# of one per primitive, which at XLA's default flags is most of a chapter's time.
+@jax.jit
 def _lse(sim: Array, mask: Array | None) -> Array:
     """Stable masked log-sum-exp over the last axis; empty rows give 0."""
     if mask is None:
@@ -149,6 +153,11 @@ def energy(sim, mask=None, *, allow_empty: bool = False) -> Array:
         on values are made only when the inputs are concrete (not traced).
     """
     sim, mask = _check_sim(sim, mask, allow_empty)
+    return _energy(sim, mask)
+
+
+@jax.jit
+def _energy(sim: Array, mask: Array | None) -> Array:
     return -jnp.sum(_lse(sim, mask))
 
 
@@ -170,6 +179,11 @@ def weights(sim, mask=None, *, allow_empty: bool = False) -> Array:
       ``(..., C, P)`` array whose rows sum to 1 (or 0 for dropped children).
     """
     sim, mask = _check_sim(sim, mask, allow_empty)
+    return _weights(sim, mask)
+
+
+@jax.jit
+def _weights(sim: Array, mask: Array | None) -> Array:
     if mask is None:
         m = jax.lax.stop_gradient(jnp.max(sim, axis=-1, keepdims=True))
         e = jnp.exp(sim - m)

@@ -192,6 +192,7 @@ def _whitened(params: Params, x: Array):
     return L, diff, z
 
 
+@partial(jax.jit, static_argnums=2)
 def _sim(params: Params, x: Array, normalised: bool) -> Array:
     L, _, z = _whitened(params, x)
     s = jnp.log(params.weights)[None, :] - 0.5 * jnp.sum(z**2, axis=1).T

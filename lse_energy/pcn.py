@@ -303,6 +303,7 @@ def sim(params: Params, xs, precisions=None) -> Array:
     return _sims(params, xs, prec)
 
 
+@jax.jit
 def _energy(params, xs, prec):
     return core.energy(_sims(params, xs, prec)[..., None])
 
@@ -348,6 +349,7 @@ def energy(params: Params, xs, precisions=None) -> Array:
     return _energy(params, xs, prec)
 
 
+@jax.jit
 def _grad_x(params, xs, prec):
     eps = _errors(params, xs, prec)
     grads = []

@@ -261,6 +261,7 @@ def _visible_sim(W, b, h):
     return jnp.stack([jnp.zeros_like(s), s], axis=-1)
 
 
+@jax.jit
 def _free_energy(W, b, c, v):
     return -(v @ b) - jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)
 

@@ -41,6 +41,7 @@ integer index array or a boolean mask, counts (``n_components``,
 
 from __future__ import annotations
 
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -172,6 +173,7 @@ def _precision_times(params: Params, v: Array) -> Array:
     return solve(L, v)
 
 
+@partial(jax.jit, static_argnums=2)
 def _sim(params: Params, x: Array, normalised: bool) -> Array:
     r = _residuals(params, x)
     quad = jnp.einsum("tki,tki->tk", r, _precision_times(params, r))

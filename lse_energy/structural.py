@@ -123,12 +123,14 @@ def cccp(mu0, x, w, *, prior: str = "hopfield", n_steps: int = 20):
     return _cccp(mu0, x, w, prior=prior, n_steps=int(n_steps))
 
 
+@partial(jax.jit, static_argnums=3)
 def _cccp_body(mu, x, w, prior):
     s = _edge_potentials(mu, x, w)
     a = core.weights(s) if prior == "hopfield" else core.weights(s.T).T
     return a @ (x @ w.T)
 
 
+@partial(jax.jit, static_argnums=3)
 def _free_energy_inner(mu, x, w, prior):
     s = _edge_potentials(mu, x, w)
     lse = core.energy(s) if prior == "hopfield" else core.energy(s.T)

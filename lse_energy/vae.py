@@ -436,6 +436,7 @@ def _log_weight_terms(params, x, eps, decoder, obs_scale):
     return _log_likelihood(_decode(params, z), x, decoder, obs_scale), lp, log_q
 
 
+@partial(jax.jit, static_argnums=3)
 def _log_weights(params, x, eps, decoder, obs_scale):
     log_lik, lp, log_q = _log_weight_terms(params, x, eps, decoder, obs_scale)
     return log_lik + lp - log_q
@@ -676,6 +677,11 @@ def linear_gaussian_log_marginal(W, b, sigma, x) -> Array:
     r"""Exact :math:`\ln p(x) = \ln\mathcal N(x; b, WW^\top + \sigma^2 I)` for :math:`p(z) = \mathcal N(0, I)`,
     :math:`p(x|z) = \mathcal N(Wz + b, \sigma^2 I)`; ``W`` is ``(d_x, d_z)``, ``x`` is ``(N, d_x)``; returns ``(N,)``."""
     W, b, sigma, x = _check_linear(W, b, sigma, x)
+    return _linear_gaussian_log_marginal(W, b, sigma, x)
+
+
+@jax.jit
+def _linear_gaussian_log_marginal(W, b, sigma, x):
     C = W @ W.T + sigma**2 * jnp.eye(W.shape[0], dtype=W.dtype)
     L = jnp.linalg.cholesky(C)
     r = jax.scipy.linalg.solve_triangular(L, (x - b).T, lower=True)
@@ -716,6 +722,12 @@ def linear_gaussian_log_weights(W, b, sigma, x, q_mean, q_chol, eps) -> Array:
     if _validate.is_concrete(q_chol) and not bool(np.all(np.diag(np.asarray(q_chol)) > 0)):
         raise ValueError("q_chol must have a positive diagonal")
     eps = _check_eps(eps, x.shape[0], d_z)
+    return _linear_gaussian_log_weights(W, b, sigma, x, q_mean, q_chol, eps)
+
+
+@jax.jit
+def _linear_gaussian_log_weights(W, b, sigma, x, q_mean, q_chol, eps):
+    d_z = W.shape[1]
     z = q_mean + eps @ jnp.tril(q_chol).T
     log_q = -0.5 * jnp.sum(eps**2, axis=-1) - jnp.sum(jnp.log(jnp.diag(q_chol))) - 0.5 * d_z * _LOG_2PI
     r = (x - z @ W.T - b) / sigma
