@@ -233,6 +233,12 @@ def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float =
     scale = _validate.positive("scale", scale)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
+    return _init_params(key, n_in, n_hidden, n_classes, scale, jnp.dtype(dtype))
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3, 5))
+def _init_params(key, n_in, n_hidden, n_classes, scale, dtype) -> Params:
+    # One compiled program per shape (called eagerly, as the chapters do).
     k1, k2 = jax.random.split(key)
     W1 = core.random_normal(k1, (n_in, n_hidden), dtype) * (scale / np.sqrt(n_in))
     W2 = core.random_normal(k2, (n_hidden, n_classes), dtype) * (scale / np.sqrt(n_hidden))

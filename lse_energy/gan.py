@@ -242,7 +242,12 @@ def init_mlp(sizes, *, key, dtype=jnp.float64) -> MLP:
     if not isinstance(sizes, (tuple, list)) or len(sizes) < 2:
         raise ValueError(f"sizes must be a tuple of at least two layer sizes; got {sizes!r}")
     sizes = tuple(_validate.count("sizes", s, 1) for s in sizes)
-    dtype = _check_dtype(dtype)
+    return _init_mlp(key, sizes, _check_dtype(dtype))
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _init_mlp(key, sizes, dtype) -> MLP:
+    # One compiled program per architecture (called eagerly, as the chapters do).
     keys = jax.random.split(key, len(sizes) - 1)
     ws = tuple(core.random_normal(k, (m, n), dtype) / math.sqrt(m) for k, m, n in zip(keys, sizes[:-1], sizes[1:]))
     return MLP(ws, tuple(jnp.zeros(n, dtype) for n in sizes[1:]))

@@ -149,8 +149,15 @@ def init_params(
             raise ValueError(f"{name} must be finite and > 0; got {v!r}")
     if not (np.isfinite(bias_scale) and bias_scale >= 0):
         raise ValueError(f"bias_scale must be finite and >= 0; got {bias_scale!r}")
-    k1, k2, k3, k4 = jax.random.split(key, 4)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    return _init_params(key, int(latent_dim), int(hidden_dim), int(out_dim), input_scale, output_scale,
+                        bias_scale, dtype)
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3, 7))
+def _init_params(key, latent_dim, hidden_dim, out_dim, input_scale, output_scale, bias_scale, dtype) -> Params:
+    # One compiled program per shape (called eagerly, as the chapters do).
+    k1, k2, k3, k4 = jax.random.split(key, 4)
     W1 = input_scale / np.sqrt(latent_dim) * core.random_normal(k1, (hidden_dim, latent_dim), dtype)
     W2 = output_scale / np.sqrt(hidden_dim) * core.random_normal(k2, (out_dim, hidden_dim), dtype)
     b1 = bias_scale * core.random_normal(k3, (hidden_dim,), dtype)
@@ -634,17 +641,26 @@ def sample(teacher: Params, num_clusters: int, points_per_cluster: int, *, key: 
     for name, v in (("latent_noise", latent_noise), ("obs_noise", obs_noise)):
         if not (np.isfinite(v) and v >= 0):
             raise ValueError(f"{name} must be finite and >= 0; got {v!r}")
+    m = teacher.W1.shape[1]
+    if latent_centres is not None:
+        latent_centres = _validate.matrix("latent_centres", latent_centres, m, "m = teacher.W1.shape[1]")
+        if latent_centres.shape[0] != K:
+            raise ValueError(
+                f"latent_centres must have num_clusters = {K} rows; got shape {latent_centres.shape}"
+            )
+    return _sample(teacher, K, n, key, centre_scale, latent_noise, obs_noise, latent_centres)
+
+
+@partial(jax.jit, static_argnums=(1, 2))
+def _sample(teacher, K, n, key, centre_scale, latent_noise, obs_noise, latent_centres) -> Data:
+    # One compiled program per shape (called eagerly, as the chapters do).
     m, d = teacher.W1.shape[1], teacher.W2.shape[0]
     dtype = teacher.W1.dtype
     kc, kz, kx = jax.random.split(key, 3)
     if latent_centres is None:
         centres = centre_scale * core.random_normal(kc, (K, m), dtype)
     else:
-        centres = _validate.matrix("latent_centres", latent_centres, m, "m = teacher.W1.shape[1]")
-        if centres.shape[0] != K:
-            raise ValueError(
-                f"latent_centres must have num_clusters = {K} rows; got shape {centres.shape}"
-            )
+        centres = latent_centres
     labels = jnp.repeat(jnp.arange(K), n)
     z = centres[labels] + latent_noise * core.random_normal(kz, (K * n, m), dtype)
     x = _predict(teacher, z) + obs_noise * core.random_normal(kx, (K * n, d), dtype)

@@ -188,6 +188,12 @@ def init_params(sizes, *, key: Array, weight_scale: float = 1.0) -> Params:
     if not (np.isfinite(weight_scale) and weight_scale > 0):
         raise ValueError(f"weight_scale must be finite and > 0; got {weight_scale!r}")
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
+    return _init_params(key, tuple(int(n) for n in sizes), weight_scale, dtype)
+
+
+@partial(jax.jit, static_argnums=(1, 3))
+def _init_params(key, sizes, weight_scale, dtype) -> Params:
+    # One compiled program per architecture (called eagerly, as the chapters do).
     keys = jax.random.split(key, len(sizes) - 1)
     Ws = tuple(
         weight_scale / np.sqrt(sizes[l]) * core.random_normal(keys[l], (sizes[l + 1], sizes[l]), dtype)

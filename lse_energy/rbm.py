@@ -626,9 +626,16 @@ def expected_cd_gradient(params: Params, v, k: int) -> Params:
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
     k = _check_int(k, "k", 0)
+    index = jnp.asarray(np.asarray(v, np.int64) @ (2 ** np.arange(W.shape[0])))
+    return _expected_cd_gradient(Params(W, b, c), v, index, k)
+
+
+@partial(jax.jit, static_argnums=3)
+def _expected_cd_gradient(params, v, index, k):
+    # One compiled program per shape and k (called eagerly, as the chapters do).
+    W, b, c = params
     T = gibbs_transition_matrix(params)
     states = binary_states(W.shape[0], W.dtype)
-    index = jnp.asarray(np.asarray(v, np.int64) @ (2 ** np.arange(W.shape[0])))
     dist = jnp.zeros(states.shape[0], W.dtype).at[index].add(1.0 / v.shape[0])
     dist = jax.lax.fori_loop(0, k, lambda _, d: d @ T, dist)
     p = jax.nn.sigmoid(states @ W + c)

@@ -240,7 +240,14 @@ def init_params(n_visible: int, n_latent: int, n_hidden: int, *, key, n_componen
     d_x = _validate.count("n_visible", n_visible)
     d_z = _validate.count("n_latent", n_latent)
     H = _validate.count("n_hidden", n_hidden)
-    dtype = _float_dtype(dtype)
+    dtype = jnp.dtype(_float_dtype(dtype))
+    K = None if n_components is None else _validate.count("n_components", n_components)
+    return _init_params(key, d_x, d_z, H, K, dtype)
+
+
+@partial(jax.jit, static_argnums=(1, 2, 3, 4, 5))
+def _init_params(key, d_x, d_z, H, K, dtype) -> Params:
+    # One compiled program per shape (called eagerly, as the chapters do).
     keys = jax.random.split(key, 6)
 
     def w(k, a, b):
@@ -250,8 +257,8 @@ def init_params(n_visible: int, n_latent: int, n_hidden: int, *, key, n_componen
         return jnp.zeros(n, dtype)
 
     prior = None
-    if n_components is not None:
-        prior = init_prior(n_components, d_z, key=keys[5], dtype=dtype)
+    if K is not None:
+        prior = _prior(keys[5], K, d_z, 1.0, dtype)
     return Params(w(keys[0], d_x, H), zeros(H), w(keys[1], H, d_z), zeros(d_z), 0.1 * w(keys[2], H, d_z), zeros(d_z),
                   w(keys[3], d_z, H), zeros(H), w(keys[4], H, d_x), zeros(d_x), prior)
 
@@ -261,7 +268,10 @@ def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dty
     K = _validate.count("n_components", n_components)
     d_z = _validate.count("n_latent", n_latent)
     scale = _validate.positive("scale", scale)
-    dtype = _float_dtype(dtype)
+    return _prior(key, K, d_z, scale, _float_dtype(dtype))
+
+
+def _prior(key, K, d_z, scale, dtype) -> MixturePrior:
     return MixturePrior(jnp.zeros(K, dtype), scale * core.random_normal(key, (K, d_z), dtype),
                         jnp.zeros((K, d_z), dtype))
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import pathlib
 import shutil
+import subprocess
 import sys
 import time
 
@@ -29,9 +30,23 @@ from jupyter_cache.executors import load_executor
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT_S = 600  # as _config.yml's execute.timeout
 ALONE = {"14_performance.ipynb"}
+# Two workers, each a fresh interpreter (not a fork of this one) running one kernel at a time;
+# the second starts a few seconds after the first so that the two kernels do not start at once.
+WORKERS, STAGGER_S = 2, 5.0
+
+
+def _execute(cache_dir: str, pks: list[int]) -> list[str]:
+    """Execute the project notebooks ``pks`` one after another into the cache; the URIs that failed."""
+    cache = get_cache(cache_dir)
+    result = load_executor("local-serial", cache=cache, logger=logging.getLogger("execute_book")).run_and_cache(
+        filter_pks=pks, timeout=TIMEOUT_S, allow_errors=False)
+    return result.excepted + result.errored
 
 
 def main(argv: list[str]) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if len(argv) >= 2 and argv[0] == "--worker":  # internal: one worker's share
+        return 1 if _execute(argv[1], [int(pk) for pk in argv[2:]]) else 0
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
@@ -40,22 +55,22 @@ def main(argv: list[str]) -> int:
     cache = get_cache(str(path))
     notebooks = sorted((ROOT / "book").glob("[0-9][0-9]_*.ipynb"))
     records = {nb.name: cache.add_nb_to_project(str(nb)) for nb in notebooks}
-    logger = logging.getLogger("execute_book")
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    shared = [records[n].pk for n in records if n not in ALONE]
     t0 = time.perf_counter()
-    failed = []
-    for executor, names in (("local-parallel", [n for n in records if n not in ALONE]),
-                            ("local-serial", [n for n in records if n in ALONE])):
-        if not names:
-            continue
-        result = load_executor(executor, cache=cache, logger=logger).run_and_cache(
-            filter_pks=[records[n].pk for n in names], timeout=TIMEOUT_S, allow_errors=False)
-        failed += result.excepted + result.errored
+    workers = []
+    for i in range(WORKERS):
+        if i:
+            time.sleep(STAGGER_S)
+        workers.append(subprocess.Popen([sys.executable, __file__, "--worker", str(path),
+                                         *map(str, shared[i::WORKERS])]))
+    for w in workers:
+        w.wait()
+    _execute(str(path), [records[n].pk for n in records if n in ALONE])
+    failed = [r.uri for r in cache.list_project_records() if r.traceback]
     print(f"executed {len(notebooks)} notebooks in {time.perf_counter() - t0:.0f} s "
           f"({len(failed)} failed)")
     for uri in failed:
-        record = cache.get_project_record(uri)
-        print(f"\n{pathlib.Path(uri).name} failed:\n{record.traceback}", file=sys.stderr)
+        print(f"\n{pathlib.Path(uri).name} failed:\n{cache.get_project_record(uri).traceback}", file=sys.stderr)
     return 1 if failed else 0
 
 
