@@ -144,7 +144,7 @@ def _pytest_everything(session):
 
 @nox.session
 def tests(session):
-    """Package tests, then every notebook under strict nbval (2 workers)."""
+    """Every notebook under strict nbval and the package tests, on 2 workers (one file per worker at a time)."""
     _install_locked(session)
     _pytest_everything(session)
 

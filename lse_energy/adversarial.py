@@ -253,6 +253,7 @@ def _logits(p: Params, x):
     return _hidden(p, x) @ p.W2 + p.b2
 
 
+@jax.jit
 def _ce(p: Params, x, t):
     z = _logits(p, x)
     return core.logsumexp(z) - jnp.take_along_axis(z, t[:, None], axis=1)[:, 0]
@@ -313,6 +314,7 @@ def _check_multiclass_call(params, x, t, name):
     return params, x, _check_t(params, t, x.shape[0])
 
 
+@jax.jit
 def _input_gradient(p, x, t):
     jac = _logit_jacobian(p, x)
     w = core.weights(_logits(p, x))

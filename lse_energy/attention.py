@@ -137,6 +137,7 @@ _concrete = _validate.is_concrete
 
 
 
+@jax.jit
 def _sim(q, k, beta, bias):
     s = beta * jnp.einsum("...cd,...pd->...cp", q, k)
     return s if bias is None else s + bias

@@ -446,6 +446,7 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
 # ---------------------------------------------------------------------------
 
 
+@jax.jit
 def _ideal_sim(data, schedule, x, t):
     r"""``(B, N)`` similarities :math:`-\|x_b - \sqrt{\bar\alpha_t} x_i\|^2 / (2(1-\bar\alpha_t))`."""
     ab = _abar(schedule, t)[:, None]  # (B, 1)

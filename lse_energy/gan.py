@@ -298,6 +298,7 @@ def generate(params: Params, z) -> Array:
     return _forward(params.generator, z)
 
 
+@jax.jit
 def _logit(params, x):
     return _forward(params.discriminator, x)[:, 0]
 

@@ -104,6 +104,7 @@ def _check_steps(name, n_steps):
     return int(n_steps)
 
 
+@jax.jit
 def _sim(memories, queries, beta):
     """``(N, K)`` similarities :math:`\\beta x_i^\\top m_\\mu`."""
     return beta * (queries @ memories.T)
@@ -195,6 +196,7 @@ def regularised_energies(memories, queries, *, beta=1.0) -> Array:
     return _energies(memories, queries, beta)
 
 
+@jax.jit
 def _energies(memories, queries, beta):
     lse = core.logsumexp(_sim(memories, queries, beta))
     return -lse / beta + 0.5 * jnp.sum(queries**2, axis=-1)

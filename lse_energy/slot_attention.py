@@ -146,6 +146,7 @@ def _check(params, x, mu, a=None):
 # ---------------------------------------------------------------------------
 
 
+@jax.jit
 def _sim(params, x, mu):
     return (x @ params.w_k.T) @ (mu @ params.w_q.T).T
 
@@ -398,6 +399,7 @@ def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp",
 # ---------------------------------------------------------------------------
 
 
+@jax.jit
 def _surrogate(params, x, mu, a):
     kx = x @ params.w_k.T
     qm = mu @ params.w_q.T
