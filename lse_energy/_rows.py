@@ -19,6 +19,7 @@ import ctypes.util
 import mmap
 import operator
 import sys
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -204,6 +205,12 @@ def moments(stream: Stream, reg: float):
 PERMUTE_MAX_ROWS = 1 << 20
 
 
+@partial(jax.jit, static_argnums=(1, 2))
+def _choice(key, N: int, K: int):
+    # One compiled program per (N, K), instead of one per primitive of the permutation.
+    return jax.random.choice(key, N, shape=(K,), replace=False)
+
+
 def choose_rows(key, N: int, K: int) -> np.ndarray:
     """``K`` distinct row indices in ``0..N-1``, uniformly at random (the initial means).
 
@@ -215,7 +222,7 @@ def choose_rows(key, N: int, K: int) -> np.ndarray:
     the in-memory and streamed fits start from the same means.
     """
     if N <= PERMUTE_MAX_ROWS:
-        return np.asarray(jax.random.choice(key, N, shape=(K,), replace=False))
+        return np.asarray(_choice(key, N, K))
     words = np.asarray(jax.random.bits(key, (K, 2), jnp.uint32)).astype(np.uint64)
     draws = (words[:, 0] << np.uint64(32)) | words[:, 1]  # 64 random bits: modulo bias below 2**-40
     kept: dict[int, None] = {}

@@ -474,6 +474,12 @@ def sample_mixture(centers, std: float, n_samples: int, *, key) -> Array:
     r"""``(n_samples, d)`` draws from :math:`\frac1K\sum_k \mathcal N(\mu_k, \mathrm{std}^2 I)`, ``centers`` ``(K, d)``."""
     centers, std = _check_mixture(centers, std)
     n_samples = _validate.count("n_samples", n_samples, 1)
+    return _sample_mixture(centers, std, n_samples, key)
+
+
+@partial(jax.jit, static_argnums=2)
+def _sample_mixture(centers, std, n_samples, key):
+    # One compiled program per shape (called eagerly, as the chapters do).
     kc, kn = jax.random.split(key)
     k = jax.random.randint(kc, (n_samples,), 0, centers.shape[0])
     return centers[k] + std * core.random_normal(kn, (n_samples, centers.shape[1]), centers.dtype)
@@ -507,6 +513,11 @@ def mode_coverage(samples, centers, std: float, *, n_std: float = 3.0, min_fract
     samples = _validate.points("samples", samples, centers.shape[1], "centers")
     n_std = _validate.positive("n_std", n_std)
     min_fraction = _validate.open_unit("min_fraction", min_fraction)
+    return _mode_coverage(samples, centers, std, n_std, min_fraction)
+
+
+@jax.jit
+def _mode_coverage(samples, centers, std, n_std, min_fraction) -> Coverage:
     dist = jnp.sqrt(jnp.sum((samples[:, None, :] - centers[None, :, :]) ** 2, axis=-1))
     near = jnp.argmin(dist, axis=1)
     good = jnp.min(dist, axis=1) <= n_std * std

@@ -629,9 +629,13 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
     x = _check_x(x)
     K = _check_components(n_components, x.shape[0])
     reg = _check_reg(reg_covar)
-    N, d = x.shape
+    return _initial(x[_rows.choose_rows(key, x.shape[0], K)], _pooled_covariance(x, reg))
+
+
+@jax.jit
+def _pooled_covariance(x, reg):
     centred = x - jnp.mean(x, axis=0)
-    return _initial(x[_rows.choose_rows(key, N, K)], centred.T @ centred / N + reg * jnp.eye(d, dtype=x.dtype))
+    return centred.T @ centred / x.shape[0] + reg * jnp.eye(x.shape[1], dtype=x.dtype)
 
 
 def _initial(means, cov) -> Params:

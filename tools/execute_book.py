@@ -12,7 +12,13 @@ times code and a second kernel beside it would slow what it measures.
 
 Each notebook runs in its own kernel with ``book/`` as the working directory, as in a plain
 ``jupyter-book build``; the notebooks do not share state, so the order cannot change a result.
-Exits non-zero, naming the notebooks and printing their tracebacks, if any notebook fails.
+
+A notebook that fails here is named, with its traceback, and left out of the cache, so the build
+executes it again on its own and fails with ``-W`` if it fails again. This is deliberate: two
+kernels started together on this 2-core machine have twice hung on a lost message (a kernel
+idle, its client waiting; once in a forked pool, once beside a separate ``jupyter execute``),
+so here each cell has ``CELL_TIMEOUT_S`` (no cell takes a minute) and a hang costs a rerun,
+not the build.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from jupyter_cache import get_cache
 from jupyter_cache.executors import load_executor
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-TIMEOUT_S = 600  # as _config.yml's execute.timeout
+CELL_TIMEOUT_S = 300
 ALONE = {"14_performance.ipynb"}
 # Two workers, each a fresh interpreter (not a fork of this one) running one kernel at a time;
 # the second starts a few seconds after the first so that the two kernels do not start at once.
@@ -39,14 +45,15 @@ def _execute(cache_dir: str, pks: list[int]) -> list[str]:
     """Execute the project notebooks ``pks`` one after another into the cache; the URIs that failed."""
     cache = get_cache(cache_dir)
     result = load_executor("local-serial", cache=cache, logger=logging.getLogger("execute_book")).run_and_cache(
-        filter_pks=pks, timeout=TIMEOUT_S, allow_errors=False)
+        filter_pks=pks, timeout=CELL_TIMEOUT_S, allow_errors=False)
     return result.excepted + result.errored
 
 
 def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if len(argv) >= 2 and argv[0] == "--worker":  # internal: one worker's share
-        return 1 if _execute(argv[1], [int(pk) for pk in argv[2:]]) else 0
+        _execute(argv[1], [int(pk) for pk in argv[2:]])
+        return 0
     if len(argv) != 1:
         print(__doc__, file=sys.stderr)
         return 2
@@ -67,11 +74,11 @@ def main(argv: list[str]) -> int:
         w.wait()
     _execute(str(path), [records[n].pk for n in records if n in ALONE])
     failed = [r.uri for r in cache.list_project_records() if r.traceback]
-    print(f"executed {len(notebooks)} notebooks in {time.perf_counter() - t0:.0f} s "
-          f"({len(failed)} failed)")
+    print(f"executed {len(notebooks)} notebooks in {time.perf_counter() - t0:.0f} s; "
+          f"{len(failed)} failed and will be executed again by the build")
     for uri in failed:
         print(f"\n{pathlib.Path(uri).name} failed:\n{cache.get_project_record(uri).traceback}", file=sys.stderr)
-    return 1 if failed else 0
+    return 0
 
 
 if __name__ == "__main__":
