@@ -127,16 +127,6 @@ class MultiHeadParams(NamedTuple):
 _concrete = _validate.is_concrete
 
 
-
-
-
-
-
-
-
-
-
-
 @jax.jit
 def _sim(q, k, beta, bias):
     s = beta * jnp.einsum("...cd,...pd->...cp", q, k)
@@ -379,8 +369,6 @@ def self_grad(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
 # ---------------------------------------------------------------------------
 # Attention as an expectation (Singh & Buckley eq. 1)
 # ---------------------------------------------------------------------------
-
-
 
 
 def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:

@@ -48,12 +48,6 @@ __all__ = [
 ]
 
 
-
-
-
-
-
-
 def _check_sim(sim, mask, allow_empty: bool):
     """Check ``sim``/``mask`` at the public boundary and return them as arrays."""
     sim = jnp.asarray(sim)

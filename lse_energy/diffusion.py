@@ -103,16 +103,10 @@ __all__ = [
 _concrete = _validate.is_concrete
 
 
-
-
 def _check_schedule(schedule):
     if not isinstance(schedule, Schedule):
         raise ValueError(f"schedule must be a Schedule; got {type(schedule).__name__}")
     return schedule
-
-
-
-
 
 
 # ---------------------------------------------------------------------------

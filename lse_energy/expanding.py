@@ -64,11 +64,6 @@ def _check_q(q):
     return q
 
 
-
-
-
-
-
 def log_prior(q, n: int) -> Array:
     r""":math:`\ln p(\phi = i \mid q) = \ln q + i \ln(1 - q)`, :math:`i = 0, \dots, n-1`.
 

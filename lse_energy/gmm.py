@@ -744,8 +744,6 @@ def _raise_if_failed(failed, reg_covar: float) -> None:
         )
 
 
-
-
 def _check_fit_args(max_iter, tol) -> tuple[int, float]:
     """``fit``'s ``max_iter`` (integer >= 0) and ``tol`` (finite float >= 0)."""
     return _validate.count("max_iter", max_iter, 0), _validate.nonnegative("tol", tol)

@@ -87,10 +87,6 @@ __all__ = [
 _concrete = _validate.is_concrete
 
 
-
-
-
-
 def _check(memories, queries, beta):
     memories = _validate.points("memories", memories)
     queries = _validate.points("queries", queries, memories.shape[1], ref="memories")

@@ -215,8 +215,6 @@ def _check_params(params) -> Params:
     return Params(W1, b1, W2, b2)
 
 
-
-
 def _check_mixture(params, x, mu, mu_name="mu"):
     params = _check_params(params)
     m, d = params.W1.shape[1], params.W2.shape[0]
@@ -448,14 +446,11 @@ def _infer_scan(params, x, mu0, eta, n_steps):
     return mu, jnp.concatenate([_energy(params, x, mu0)[None], trace])
 
 
-
 @partial(jax.jit, static_argnames=("n_steps", "auto_step"))
 def _infer_jit(params, x, mu0, step_size, n_steps, auto_step):
     eta = 1.0 / _lipschitz(params, x) if auto_step else step_size
     mu, trace = _infer_scan(params, x, mu0, eta, n_steps)
     return Inference(mu=mu, energy=trace, step_size=eta)
-
-
 
 
 def infer(params: Params, x, mu0, *, n_steps: int, step_size: float | None = None

@@ -47,7 +47,6 @@ def _check_variant(variant):
         raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
 
 
-
 class Params(NamedTuple):
     r"""One multi-hop attention head (the same parameters as one self-attention head).
 

@@ -56,7 +56,6 @@ __all__ = [
 # -ln sum_p exp sim = -sim and the softmax is identically 1.
 
 
-
 class Params(NamedTuple):
     r"""Weights of a hierarchical predictive coding network with layer sizes :math:`n_1, \dots, n_L`.
 
@@ -492,7 +491,6 @@ def _check_clamp(clamp, L) -> tuple:
     ):
         raise ValueError(f"clamp must be a tuple of L = {L} booleans (True = clamped); got {clamp!r}")
     return tuple(bool(c) for c in clamp)
-
 
 
 def infer(params: Params, xs0, precisions=None, *, clamp, n_steps: int,

@@ -108,8 +108,6 @@ class Params(NamedTuple):
 _concrete = _validate.is_concrete
 
 
-
-
 def _check(params, x, mu, a=None):
     if not isinstance(params, Params):
         raise ValueError(f"params must be slot_attention.Params; got {type(params).__name__}")
@@ -137,8 +135,6 @@ def _check(params, x, mu, a=None):
     if _concrete(a) and bool(np.any(np.asarray(a) < 0)):
         raise ValueError("a must be non-negative (an assignment matrix)")
     return params, x, mu, a
-
-
 
 
 # ---------------------------------------------------------------------------

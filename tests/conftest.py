@@ -1,4 +1,4 @@
-"""Strict JAX configuration, set once before any array exists (see STYLE.md)."""
+"""Strict JAX configuration, set once before any array exists (CONTRIBUTING.md, Tests)."""
 
 import os
 

@@ -190,10 +190,6 @@ def test_fit_float32():
     assert r.energies.dtype == jnp.float32 and all(v.dtype == jnp.float32 for v in r.params)
 
 
-
-
-
-
 def test_fit_continues_from_its_optimizer_state():
     """Two calls of fit, the second from the first's parameters and Adam state (as chapter 15's
     continuation check trains), equal a plain optax loop over the same minibatches that carries the

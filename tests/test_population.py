@@ -181,8 +181,6 @@ def test_bayes_energy_gradient(seed):
     assert_gradient(lambda n: population.energy(n, f), lambda n: population.grad_energy(n, f), counts + 0.3)
 
 
-
-
 def test_simulate_float32():
     p = population.init_params(1, 10, key=jax.random.PRNGKey(0), dtype=jnp.float32)
     out = population.simulate(p, lif.rate, jnp.ones((10, 1), jnp.float32) * 1e-3, jnp.eye(1, dtype=jnp.float32),

@@ -28,10 +28,6 @@ jax.config.update("jax_enable_x64", True)
 N_INSTANCES = 100
 
 
-
-
-
-
 # (K, d, N) of the random instances. A few fixed shapes, so that the package's jitted
 # functions compile once per shape; the values are drawn afresh for every instance.
 SHAPES = [(1, 2, 6), (2, 1, 8), (3, 2, 12), (4, 3, 15)]

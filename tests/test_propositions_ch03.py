@@ -25,10 +25,6 @@ jax.config.update("jax_enable_x64", True)
 N_INSTANCES = 100
 
 
-
-
-
-
 # (K, d, T) of the random instances. A few fixed shapes, so that the package's jitted
 # functions compile once per shape; the values are drawn afresh for every instance.
 SHAPES = [(1, 2, 4), (2, 1, 6), (3, 2, 5), (2, 3, 7)]

@@ -63,8 +63,6 @@ def energy_np(w_k, w_q, x, mu, lam=0.0):
     return -np.sum(m[:, 0] + np.log(np.sum(np.exp(s - m), axis=1))) + 0.5 * lam * np.sum(mu * mu)
 
 
-
-
 def attention_np(w_k, w_q, x, mu):
     """A_ji = exp(s_ji) / sum_i' exp(s_ji'), one token at a time."""
     s = sims(w_k, w_q, x, mu)

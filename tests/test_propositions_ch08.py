@@ -145,8 +145,6 @@ def cccp_np(mu, x, w, prior):
     return out
 
 
-
-
 SHAPES = [(3, 5, 2, 3), (1, 4, 3, 2), (4, 2, 2, 2), (2, 7, 4, 3)]   # (m latents, n obs, d_mu, d_x)
 
 

@@ -70,8 +70,6 @@ def log_likelihood_enum(W, b, c, data):
     return np.mean(per_row) - log_z
 
 
-
-
 def instances(seed):
     rng = np.random.default_rng(seed)
     for k, (m, n) in zip(range(N_INSTANCES), itertools.cycle(SHAPES)):

@@ -276,3 +276,10 @@ def test_every_fit_returns_one_result_type(name):
         assert out.converged is None and energies.shape[0] in (out.n_iter, out.n_iter + 1)
     if out.extras is not None:
         assert type(out.extras).__name__ == "FitExtras" and hasattr(out.extras, "_fields")
+
+
+def test_readme_layout_names_every_registered_module():
+    # README's layout table is the reader's map of the package: every model module in it.
+    row = next(line for line in (ROOT / "README.md").read_text().splitlines() if line.startswith("| `lse_energy/` |"))
+    missing = [m.name for m in MODELS if f"`{m.name}`" not in row]
+    assert not missing, f"README's layout row for lse_energy/ does not name {missing}"

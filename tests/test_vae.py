@@ -168,8 +168,6 @@ def test_fit_raises_when_training_diverges():
     params = vae.init_params(6, 2, 8, key=jax.random.key(0))
 
 
-
-
 @pytest.mark.parametrize("n_components", [None, 2])
 def test_iwae_loss_is_minus_scipy_logsumexp_of_the_log_weights(n_components):
     rng = np.random.default_rng(7)

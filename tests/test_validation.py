@@ -1,6 +1,6 @@
 """Input validation at the public boundary, across every model module.
 
-One registry (``CASES``) drives the generic tests, in the style of dynax's
+One registry (``CASES``) drives the generic tests, in the style of dynamax's
 ``CONFIGS`` and optax's ``ALL_MODULES``. Each :class:`Case` names a public
 function, a factory for valid keyword arguments, a change that makes one
 argument bad, the kind of bad input, and a regular expression that the
@@ -376,7 +376,6 @@ def ex_params_args():
 
 def ex_sims_args():
     return dict(sims=_normal((2, 6)), q=jnp.array([0.3, 0.6]))
-
 
 
 C = Case

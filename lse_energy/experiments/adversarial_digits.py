@@ -339,7 +339,6 @@ def summary(doc: dict) -> dict:
     return out
 
 
-
 # ---------------------------------------------------------------------------
 # The notes' own model: binary TRADES (§25.1), a beta sweep, and §25's plain adversarial training
 # ---------------------------------------------------------------------------

@@ -190,7 +190,6 @@ class ToyRun(NamedTuple):
     final: Array
 
 
-
 def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     opt_state = optimizer.init(params)
 
