@@ -1,7 +1,7 @@
 """Sessions: `nox -s book` renders the book, `nox -s tests` runs every test, `nox -s portability`
 re-runs the notebooks as on older CPUs, `nox -s bench` times the peers, `nox -s experiments` runs
 the full-size experiments the chapters plot from book/data/, `nox -s timings` times every chapter,
-`nox -s pdf` writes the book as one PDF.
+`nox -s pdf` writes the book as one PDF, `nox -s lint` checks the code's format and lint rules.
 
 Every session but `tests-latest` installs the exact versions of requirements/lock.txt, then the
 package itself without dependencies; `nox -s lock` regenerates that lock (and environment.yml,
@@ -69,12 +69,17 @@ def book(session):
     cache = ROOT / "_build" / ".jupyter_cache"
     session.run("python", "tools/execute_book.py", str(cache), env=env)
     config = pathlib.Path(session.create_tmp()).resolve() / "_config_book.yml"
-    session.run("python", "-c", "import sys, yaml; c = yaml.safe_load(open('_config.yml')); "
-                "c['execute'].update(execute_notebooks='cache', cache=sys.argv[2]); "
-                "open(sys.argv[1], 'w').write(yaml.safe_dump(c, allow_unicode=True))",
-                str(config), str(cache), silent=True)
-    session.run("jupyter-book", "build", "--all", ".", "-W", "-n", "--keep-going", "--config", str(config),
-                env=env)
+    session.run(
+        "python",
+        "-c",
+        "import sys, yaml; c = yaml.safe_load(open('_config.yml')); "
+        "c['execute'].update(execute_notebooks='cache', cache=sys.argv[2]); "
+        "open(sys.argv[1], 'w').write(yaml.safe_dump(c, allow_unicode=True))",
+        str(config),
+        str(cache),
+        silent=True,
+    )
+    session.run("jupyter-book", "build", "--all", ".", "-W", "-n", "--keep-going", "--config", str(config), env=env)
     index = ROOT / "_build" / "html" / "index.html"
     session.log(f"The book is ready: open file://{index}")
 
@@ -82,8 +87,14 @@ def book(session):
 # The PDF: Sphinx's LaTeX builder with XeLaTeX (Unicode text such as σ, ≤ and ⪰ in the prose;
 # fonts from fonts-freefont-otf), from the notebooks' stored outputs, which strict nbval checks
 # against the code. Debian packages that provide every LaTeX package the build uses.
-PDF_APT = ["texlive-xetex", "texlive-latex-extra", "texlive-fonts-recommended", "texlive-science",
-           "latexmk", "fonts-freefont-otf"]
+PDF_APT = [
+    "texlive-xetex",
+    "texlive-latex-extra",
+    "texlive-fonts-recommended",
+    "texlive-science",
+    "latexmk",
+    "fonts-freefont-otf",
+]
 
 
 @nox.session
@@ -97,17 +108,32 @@ def pdf(session):
 
     missing = [tool for tool in ("xelatex", "latexmk") if shutil.which(tool) is None]
     if missing:
-        session.error(f"{', '.join(missing)} not found: sudo apt-get install --no-install-recommends "
-                      + " ".join(PDF_APT))
+        session.error(
+            f"{', '.join(missing)} not found: sudo apt-get install --no-install-recommends " + " ".join(PDF_APT)
+        )
     _install_locked(session)
     # _config.yml with execution off, written by the session's Python (which has PyYAML)
     tmp = pathlib.Path(session.create_tmp()).resolve() / "_config_pdf.yml"
-    session.run("python", "-c", "import sys, yaml; c = yaml.safe_load(open('_config.yml')); "
-                "c['execute']['execute_notebooks'] = 'off'; "
-                "open(sys.argv[1], 'w').write(yaml.safe_dump(c, allow_unicode=True))", str(tmp),
-                silent=True)
-    session.run("jupyter-book", "build", "--all", ".", "--builder", "pdflatex", "--config", str(tmp),
-                env={**ENV, "TQDM_DISABLE": "1"})
+    session.run(
+        "python",
+        "-c",
+        "import sys, yaml; c = yaml.safe_load(open('_config.yml')); "
+        "c['execute']['execute_notebooks'] = 'off'; "
+        "open(sys.argv[1], 'w').write(yaml.safe_dump(c, allow_unicode=True))",
+        str(tmp),
+        silent=True,
+    )
+    session.run(
+        "jupyter-book",
+        "build",
+        "--all",
+        ".",
+        "--builder",
+        "pdflatex",
+        "--config",
+        str(tmp),
+        env={**ENV, "TQDM_DISABLE": "1"},
+    )
     out = ROOT / "_build" / "latex" / "lse_energy.pdf"
     if not out.exists():
         session.error(f"{out} was not written")
@@ -162,6 +188,19 @@ def tests_latest(session):
     _pytest_everything(session)
 
 
+# The linter and formatter, pinned: a new ruff release may format differently, and CI must not change
+# its verdict on a commit that did not change.
+RUFF = "ruff==0.16.9"
+
+
+@nox.session
+def lint(session):
+    """`ruff format --check` and `ruff check` ([tool.ruff] in pyproject.toml): package, tests, benchmarks, tools."""
+    session.install(RUFF)
+    session.run("ruff", "format", "--check", ".")
+    session.run("ruff", "check", ".")
+
+
 # uv writes the lock; pinned so that a regenerated lock differs only where the versions do.
 UV = "uv==0.13.9"
 
@@ -178,9 +217,24 @@ def lock(session):
     """
     session.install(UV)
     session.run(
-        "uv", "pip", "compile", "pyproject.toml", "--extra", "book", "--extra", "test",
-        "--universal", "--python-version", "3.11", "--fork-strategy", "fewest",
-        "--custom-compile-command", "nox -s lock", "--quiet", "-o", LOCK,
+        "uv",
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--extra",
+        "book",
+        "--extra",
+        "test",
+        "--universal",
+        "--python-version",
+        "3.11",
+        "--fork-strategy",
+        "fewest",
+        "--custom-compile-command",
+        "nox -s lock",
+        "--quiet",
+        "-o",
+        LOCK,
         *(session.posargs or ["--upgrade"]),
     )
     session.run("python", "requirements/locktools.py", "environment")
@@ -193,8 +247,9 @@ def portability(session):
     for isa in PORTABILITY_ISAS:
         session.log(f"strict nbval with --xla_cpu_max_isa={isa}")
         flags = f"{FAST_COMPILE['XLA_FLAGS']} --xla_cpu_max_isa={isa}"
-        session.run("pytest", "book", *NBVAL, *WORKERS, *session.posargs,
-                    env={**_kernel_env(session), "XLA_FLAGS": flags})
+        session.run(
+            "pytest", "book", *NBVAL, *WORKERS, *session.posargs, env={**_kernel_env(session), "XLA_FLAGS": flags}
+        )
 
 
 @nox.session
@@ -204,8 +259,7 @@ def experiments(session):
     `nox -s experiments -- --only NAME ...` runs a subset, `-- --list` lists them. A progress bar shows
     the cells and, inside each, the optimizer steps."""
     _install_locked(session)
-    session.run("python", "-m", "lse_energy.experiments", "--out", "book/data", "--progress", *session.posargs,
-                env=ENV)
+    session.run("python", "-m", "lse_energy.experiments", "--out", "book/data", "--progress", *session.posargs, env=ENV)
 
 
 @nox.session
@@ -213,10 +267,17 @@ def timings(session):
     """Every chapter executed as a reader runs it, timed: with XLA's defaults, then with the fast-compile flags."""
     _install_locked(session)
     env = _kernel_env(session)
-    session.run("python", "benchmarks/chapter_times.py", "--out", "_build/chapter_times_default.json",
-                *session.posargs, env=env)
-    session.run("python", "benchmarks/chapter_times.py", "--out", "_build/chapter_times_fast.json",
-                *session.posargs, env={**env, **FAST_COMPILE})
+    session.run(
+        "python", "benchmarks/chapter_times.py", "--out", "_build/chapter_times_default.json", *session.posargs, env=env
+    )
+    session.run(
+        "python",
+        "benchmarks/chapter_times.py",
+        "--out",
+        "_build/chapter_times_fast.json",
+        *session.posargs,
+        env={**env, **FAST_COMPILE},
+    )
 
 
 @nox.session

@@ -1,4 +1,5 @@
-"""Attention and Hopfield steps against PyTorch's scaled_dot_product_attention (float32), at its fastest configuration."""
+"""Attention and Hopfield steps against PyTorch's scaled_dot_product_attention (float32), at its fastest
+configuration."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _torch_variants(torch, device: str):
     out = [("default dispatch", None, contextlib.nullcontext)]
     for name in TORCH_CUDA_BACKENDS:
         if hasattr(SDPBackend, name):
-            out.append((name.lower(), None, lambda b=getattr(SDPBackend, name): sdpa_kernel(b)))
+            out.append((name.lower(), None, lambda b=getattr(SDPBackend, name): sdpa_kernel(b)))  # noqa: B008 (binds this backend)
     return out
 
 
@@ -65,8 +66,9 @@ def torch_configs(torch, qn, kn, vn, gn, device: str = "cpu", skipped: list | No
     sync = torch.cuda.synchronize if device != "cpu" else (lambda: None)
     configs = {}
     for layout, ndim in TORCH_LAYOUTS.items():
-        tq, tk, tv, tg = (torch.from_numpy(np.ascontiguousarray(sdpa_layout(a, ndim))).to(device)
-                          for a in (qn, kn, vn, gn))
+        tq, tk, tv, tg = (
+            torch.from_numpy(np.ascontiguousarray(sdpa_layout(a, ndim))).to(device) for a in (qn, kn, vn, gn)
+        )
         for variant, threads, ctx in _torch_variants(torch, device):
 
             def fwd(tq=tq, tk=tk, tv=tv, threads=threads, ctx=ctx):
@@ -177,8 +179,7 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
     on_gpu = jax.default_backend() == "gpu"
     torch_device = "cuda" if on_gpu and torch is not None and torch.cuda.is_available() else "cpu"
     if torch is not None:
-        for label, (fwd, fwd_bwd, fwd_bwd_kv) in torch_configs(torch, qn, kn, vn, gn, torch_device,
-                                                                skipped).items():
+        for label, (fwd, fwd_bwd, fwd_bwd_kv) in torch_configs(torch, qn, kn, vn, gn, torch_device, skipped).items():
             labels.append(label)
             fns["torch sdpa " + label] = fwd
             fns["torch sdpa+grad " + label] = fwd_bwd
@@ -192,8 +193,9 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
             t[f"torch {kind} config"] = label
 
     # correctness of what is timed
-    ref = np.asarray(jax.nn.softmax(beta * np.asarray(q, np.float64) @ np.asarray(k, np.float64).T, -1)
-                     @ np.asarray(v, np.float64))
+    ref = np.asarray(
+        jax.nn.softmax(beta * np.asarray(q, np.float64) @ np.asarray(k, np.float64).T, -1) @ np.asarray(v, np.float64)
+    )
     err_attend = float(np.max(np.abs(np.asarray(attention.attend(q, k, v)) - ref)))
 
     fl = attention_flops(N, M, d)
@@ -202,42 +204,127 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
     size = f"N=M={N}, d={d}, float32" if N == M else f"N={N}, M={M}, d={d}, float32"
     tag = f"N=M={N}: " if N == M else f"N={N}, M={M}: "
     rows.append(row("2 attention", f"{tag}matmul peak: jnp.dot 1024^3 float32 ({size})", peak_gf, "GFLOP/s"))
-    rows.append(row("2 attention", f"{tag}floor: two GEMMs alone, (q k') v", 1e3 * t["floor"], "ms",
-                    note=f"{fl / t['floor'] / 1e9 / peak_gf:.2f} of matmul peak"))
-    rows.append(row("2 attention", f"{tag}floor: the same in 512-query blocks", 1e3 * t["floor blocked"], "ms",
-                    note="the kernel's blocking, no exp or sums"))
-    rows.append(row("2 attention", f"{tag}floor: forward+grad's six GEMMs in 512-query blocks",
-                    1e3 * t["grad floor blocked"], "ms", note="S = qk', Sv, gv', S'g, dP k, dP'q; no exp"))
-    rows.append(row("2 attention", f"{tag}floor: exp + row sum over the N x M similarities alone", 1e3 * t["exp pass"],
-                    "ms", note="one fused pass per 512-query block, block in cache, no GEMMs"))
-    rows.append(row("2 attention", f"{tag}floor: backward's dS = P o (dP - delta) alone", 1e3 * t["dS pass"], "ms",
-                    note="P recomputed by exp; one pass per block, written out"))
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: two GEMMs alone, (q k') v",
+            1e3 * t["floor"],
+            "ms",
+            note=f"{fl / t['floor'] / 1e9 / peak_gf:.2f} of matmul peak",
+        )
+    )
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: the same in 512-query blocks",
+            1e3 * t["floor blocked"],
+            "ms",
+            note="the kernel's blocking, no exp or sums",
+        )
+    )
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: forward+grad's six GEMMs in 512-query blocks",
+            1e3 * t["grad floor blocked"],
+            "ms",
+            note="S = qk', Sv, gv', S'g, dP k, dP'q; no exp",
+        )
+    )
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: exp + row sum over the N x M similarities alone",
+            1e3 * t["exp pass"],
+            "ms",
+            note="one fused pass per 512-query block, block in cache, no GEMMs",
+        )
+    )
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: backward's dS = P o (dP - delta) alone",
+            1e3 * t["dS pass"],
+            "ms",
+            note="P recomputed by exp; one pass per block, written out",
+        )
+    )
     fwd_floor = t["floor blocked"] + t["exp pass"]
     grad_floor = t["grad floor blocked"] + t["exp pass"] + t["dS pass"]
-    rows.append(row("2 attention", f"{tag}floor: forward, blocked GEMMs + exp pass", 1e3 * fwd_floor, "ms",
-                    note="the sum of the parts timed alone"))
-    rows.append(row("2 attention", f"{tag}floor: forward+grad, six blocked GEMMs + exp + dS passes",
-                    1e3 * grad_floor, "ms", note="the sum of the parts timed alone"))
-    rows.append(row("2 attention", f"{tag}attend forward, the jitted kernel without the public call's checks",
-                    1e3 * t["attend kernel (jit)"], "ms",
-                    note=f"{t['attend kernel (jit)'] / fwd_floor:.2f} x the forward floor"))
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: forward, blocked GEMMs + exp pass",
+            1e3 * fwd_floor,
+            "ms",
+            note="the sum of the parts timed alone",
+        )
+    )
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}floor: forward+grad, six blocked GEMMs + exp + dS passes",
+            1e3 * grad_floor,
+            "ms",
+            note="the sum of the parts timed alone",
+        )
+    )
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}attend forward, the jitted kernel without the public call's checks",
+            1e3 * t["attend kernel (jit)"],
+            "ms",
+            note=f"{t['attend kernel (jit)'] / fwd_floor:.2f} x the forward floor",
+        )
+    )
     best_floor = min(t["floor"], t["floor blocked"])
     for name in ("attend", "update"):
         frac = fl / t[name] / 1e9 / peak_gf
         rows.append(row("2 attention", f"{tag}{name} forward", 1e3 * t[name], "ms"))
-        rows.append(row("2 attention", f"{tag}{name} forward fraction of the GEMM floor", t["floor"] / t[name], "",
-                        note="time of the two GEMMs alone / time of the forward"))
+        rows.append(
+            row(
+                "2 attention",
+                f"{tag}{name} forward fraction of the GEMM floor",
+                t["floor"] / t[name],
+                "",
+                note="time of the two GEMMs alone / time of the forward",
+            )
+        )
         if torch is not None:
             ratio = t["torch sdpa"] / t[name]
             cap = t["torch sdpa"] / best_floor
-            rows.append(row("2 attention", f"{tag}{name} speed vs torch sdpa (forward)", ratio, "x", ">= 1",
-                            ratio >= 1, f"torch at {t['torch sdpa config']}"
-                            + ("" if ratio >= 1 else f"; the faster GEMM floor alone would be {cap:.2f}x, "
-                               f"GEMMs + exp pass {t['torch sdpa'] / fwd_floor:.2f}x; {name} takes "
-                               f"{t[name] / fwd_floor:.2f} x that floor")))
-        rows.append(row("2 attention", f"{tag}{name} forward fraction of matmul peak", frac, "", ">= 0.70",
-                        frac >= 0.70, "" if frac >= 0.70 else
-                        f"the forward floor (blocked GEMMs + exp pass) reaches {fl / fwd_floor / 1e9 / peak_gf:.2f}"))
+            rows.append(
+                row(
+                    "2 attention",
+                    f"{tag}{name} speed vs torch sdpa (forward)",
+                    ratio,
+                    "x",
+                    ">= 1",
+                    ratio >= 1,
+                    f"torch at {t['torch sdpa config']}"
+                    + (
+                        ""
+                        if ratio >= 1
+                        else f"; the faster GEMM floor alone would be {cap:.2f}x, "
+                        f"GEMMs + exp pass {t['torch sdpa'] / fwd_floor:.2f}x; {name} takes "
+                        f"{t[name] / fwd_floor:.2f} x that floor"
+                    ),
+                )
+            )
+        rows.append(
+            row(
+                "2 attention",
+                f"{tag}{name} forward fraction of matmul peak",
+                frac,
+                "",
+                ">= 0.70",
+                frac >= 0.70,
+                ""
+                if frac >= 0.70
+                else f"the forward floor (blocked GEMMs + exp pass) reaches {fl / fwd_floor / 1e9 / peak_gf:.2f}",
+            )
+        )
         tg_name = f"{name}+grad"
         rows.append(row("2 attention", f"{tag}{tg_name}", 1e3 * t[tg_name], "ms"))
         if torch is not None:
@@ -245,29 +332,80 @@ def run(N: int = 2048, M: int = 2048, d: int = 64, reps: int = 7) -> tuple[list[
             ratio = tref / t[tg_name]
             cfg = t["torch sdpa+grad config"] if name == "attend" else t["torch sdpa+grad (k=v) config"]
             cap = tref / t["grad floor blocked"]
-            rows.append(row("2 attention", f"{tag}{tg_name} speed vs torch sdpa+grad", ratio, "x", ">= 1", ratio >= 1,
-                            f"torch at {cfg}" + ("" if ratio >= 1 else
-                                                 f"; the six GEMMs alone (blocked floor) would be {cap:.2f}x, "
-                                                 f"with the exp and dS passes {tref / grad_floor:.2f}x; "
-                                                 f"{tg_name} takes {t[tg_name] / grad_floor:.2f} x that floor")))
+            rows.append(
+                row(
+                    "2 attention",
+                    f"{tag}{tg_name} speed vs torch sdpa+grad",
+                    ratio,
+                    "x",
+                    ">= 1",
+                    ratio >= 1,
+                    f"torch at {cfg}"
+                    + (
+                        ""
+                        if ratio >= 1
+                        else f"; the six GEMMs alone (blocked floor) would be {cap:.2f}x, "
+                        f"with the exp and dS passes {tref / grad_floor:.2f}x; "
+                        f"{tg_name} takes {t[tg_name] / grad_floor:.2f} x that floor"
+                    ),
+                )
+            )
     if torch is None:
-        rows.append(row("2 attention", f"{tag}torch sdpa", "skipped", "", "", None,
-                        "PyTorch not installed (optional: pip install torch==2.13.0)"))
+        rows.append(
+            row(
+                "2 attention",
+                f"{tag}torch sdpa",
+                "skipped",
+                "",
+                "",
+                None,
+                "PyTorch not installed (optional: pip install torch==2.13.0)",
+            )
+        )
     else:
         for kind, what in (("sdpa", "forward"), ("sdpa+grad", "forward+grad")):
-            rows.append(row("2 attention", f"{tag}torch sdpa {what}, fastest configuration",
-                            1e3 * t[f"torch {kind}"], "ms", note=t[f"torch {kind} config"]))
+            rows.append(
+                row(
+                    "2 attention",
+                    f"{tag}torch sdpa {what}, fastest configuration",
+                    1e3 * t[f"torch {kind}"],
+                    "ms",
+                    note=t[f"torch {kind} config"],
+                )
+            )
             for label in labels:
-                rows.append(row("2 attention", f"{tag}torch sdpa {what}, {label}",
-                                1e3 * t[f"torch {kind} {label}"], "ms", note="reported only"))
-        rows.append(row("2 attention", f"{tag}torch device", torch_device, "",
-                        note=("JAX on " + jax.devices()[0].device_kind) if on_gpu else ""))
+                rows.append(
+                    row(
+                        "2 attention",
+                        f"{tag}torch sdpa {what}, {label}",
+                        1e3 * t[f"torch {kind} {label}"],
+                        "ms",
+                        note="reported only",
+                    )
+                )
+        rows.append(
+            row(
+                "2 attention",
+                f"{tag}torch device",
+                torch_device,
+                "",
+                note=("JAX on " + jax.devices()[0].device_kind) if on_gpu else "",
+            )
+        )
         for label, error in skipped:
             rows.append(row("2 attention", f"{tag}torch sdpa configuration left out", label, "", note=error))
-    rows.append(row("2 attention", f"{tag}jax.nn.dot_product_attention forward",
-                    1e3 * t["jax.nn.dot_product_attention"], "ms", note="reported only, no target"))
-    rows.append(row("2 attention", f"{tag}plain softmax(qk')v forward (jit)", 1e3 * t["plain softmax(qk')v (jit)"],
-                    "ms"))
+    rows.append(
+        row(
+            "2 attention",
+            f"{tag}jax.nn.dot_product_attention forward",
+            1e3 * t["jax.nn.dot_product_attention"],
+            "ms",
+            note="reported only, no target",
+        )
+    )
+    rows.append(
+        row("2 attention", f"{tag}plain softmax(qk')v forward (jit)", 1e3 * t["plain softmax(qk')v (jit)"], "ms")
+    )
     rows.append(row("2 attention", f"{tag}attend vs float64 softmax(qk')v (max abs)", err_attend, ""))
     return rows, {k_: (v_ if isinstance(v_, str) else float(v_)) for k_, v_ in t.items()} | {"peak_gflops": peak_gf}
 

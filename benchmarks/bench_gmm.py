@@ -58,6 +58,7 @@ def gemm_floor_callable(N: int, F: int, K: int, chunk: int):
         def body(_, R):
             s = fc @ (A + 1e-300 * R.T)
             return R + s.T @ fc
+
         return jax.lax.fori_loop(0, n, body, jnp.zeros((K, F), jnp.float64))
 
     return (lambda: products(fc, A).block_until_ready()), 4.0 * n * C * F * K
@@ -68,9 +69,15 @@ def _sklearn(x, p0, max_iter: int):
     from sklearn.mixture import GaussianMixture
 
     gm = GaussianMixture(
-        n_components=p0.weights.shape[0], covariance_type="full", tol=0.0, max_iter=max_iter,
-        reg_covar=1e-6, init_params="random_from_data", random_state=0,
-        weights_init=np.asarray(p0.weights), means_init=np.asarray(p0.means),
+        n_components=p0.weights.shape[0],
+        covariance_type="full",
+        tol=0.0,
+        max_iter=max_iter,
+        reg_covar=1e-6,
+        init_params="random_from_data",
+        random_state=0,
+        weights_init=np.asarray(p0.weights),
+        means_init=np.asarray(p0.means),
         precisions_init=np.linalg.inv(np.asarray(p0.covariances)),
     )
     with warnings.catch_warnings():
@@ -109,6 +116,7 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
         def f():
             with threadpool_limits(limits=n):
                 _sklearn(xn, p0, iters)
+
         return f
 
     # sklearn runs on numpy's BLAS; on a loaded machine its 2 threads can be slower than 1,
@@ -143,8 +151,9 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
     )
     pr = gmm.em_step_reference(p0, x, reg_covar=1e-6)
     pf = gmm.em_step(p0, x, reg_covar=1e-6)
-    ref_err = max(float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(np.asarray(b))))
-                  for a, b in zip(pf, pr))
+    ref_err = max(
+        float(np.max(np.abs(np.asarray(a) - np.asarray(b))) / np.max(np.abs(np.asarray(b)))) for a, b in zip(pf, pr)
+    )
 
     size = f"N={N}, d={d}, K={K}, float64"
     speedup = t_sk / t_ours
@@ -153,37 +162,76 @@ def run(N: int = 200_000, d: int = 16, K: int = 16, iters: int = 5, reps: int = 
     gemm_frac = gemm_gflops / peak_gflops
     rows = [
         row("1 GMM EM", f"em_step time/iter ({size})", 1e3 * t_ours, "ms"),
-        row("1 GMM EM", "sklearn GaussianMixture time/iter", 1e3 * t_sk, "ms",
-            note=f"fit(max_iter=T)/(T+1), fastest of {threads} BLAS threads ({sk_best}): favours sklearn"),
+        row(
+            "1 GMM EM",
+            "sklearn GaussianMixture time/iter",
+            1e3 * t_sk,
+            "ms",
+            note=f"fit(max_iter=T)/(T+1), fastest of {threads} BLAS threads ({sk_best}): favours sklearn",
+        ),
         row("1 GMM EM", "direct-form em_step_reference time/iter", 1e3 * t_ref, "ms"),
-        row("1 GMM EM", f"speed-up over sklearn (K={K})", speedup, "x", f">= {target:g}", speedup >= target,
-            "" if speedup >= target else
-            f"em_step runs at {gflops / gemm_gflops:.0%} of the rate of its two products timed alone, "
+        row(
+            "1 GMM EM",
+            f"speed-up over sklearn (K={K})",
+            speedup,
+            "x",
+            f">= {target:g}",
+            speedup >= target,
+            ""
+            if speedup >= target
+            else f"em_step runs at {gflops / gemm_gflops:.0%} of the rate of its two products timed alone, "
             f"which allow at most {speedup * gemm_gflops / gflops:.1f}x (ceiling row below)"
-            + ("; the target is above that ceiling" if speedup * gemm_gflops / gflops < target else "")),
+            + ("; the target is above that ceiling" if speedup * gemm_gflops / gflops < target else ""),
+        ),
         row("1 GMM EM", "log-lik trajectory vs sklearn (max rel.)", traj_err, "", "<= 1e-8", traj_err <= 1e-8),
         row("1 GMM EM", f"params after {T} steps vs sklearn (max rel.)", par_err, ""),
         row("1 GMM EM", "fast em_step vs em_step_reference (max rel.)", ref_err, "", "<= 1e-12", ref_err <= 1e-12),
         row("1 GMM EM", "achieved GFLOP/s (count: 4NFK, F=1+d+d(d+1)/2)", gflops, "GFLOP/s"),
         row("1 GMM EM", "jnp.dot 1024^3 float64, same run", peak_gflops, "GFLOP/s"),
-        row("1 GMM EM", f"its two products alone, ({bench_chunk} x {F})({F} x {K}) and "
-            f"({K} x {bench_chunk})({bench_chunk} x {F}) per chunk, same run", gemm_gflops, "GFLOP/s",
-            note="no features, exp or softmax: the rate em_step could reach at these shapes"),
+        row(
+            "1 GMM EM",
+            f"its two products alone, ({bench_chunk} x {F})({F} x {K}) and "
+            f"({K} x {bench_chunk})({bench_chunk} x {F}) per chunk, same run",
+            gemm_gflops,
+            "GFLOP/s",
+            note="no features, exp or softmax: the rate em_step could reach at these shapes",
+        ),
         row("1 GMM EM", "those products alone, fraction of jnp.dot", gemm_frac, ""),
-        row("1 GMM EM", f"ceiling: largest speed-up those products allow (K={K})", speedup * gemm_gflops / gflops, "x",
-            note="sklearn time / time of em_step's FLOPs at the products-alone rate"),
+        row(
+            "1 GMM EM",
+            f"ceiling: largest speed-up those products allow (K={K})",
+            speedup * gemm_gflops / gflops,
+            "x",
+            note="sklearn time / time of em_step's FLOPs at the products-alone rate",
+        ),
         row("1 GMM EM", "em_step, fraction of its products alone", gflops / gemm_gflops, ""),
-        row("1 GMM EM", "fraction of jnp.dot", frac, "", ">= 0.40", frac >= 0.40,
-            "" if frac >= 0.40 else
-            f"both products per chunk are thin (K = {K} columns): measured alone, at em_step's "
+        row(
+            "1 GMM EM",
+            "fraction of jnp.dot",
+            frac,
+            "",
+            ">= 0.40",
+            frac >= 0.40,
+            ""
+            if frac >= 0.40
+            else f"both products per chunk are thin (K = {K} columns): measured alone, at em_step's "
             f"shapes, they run at {gemm_frac:.0%} of the square 1024^3 dot, and em_step reaches "
             f"{gflops / gemm_gflops:.0%} of them"
-            + ("; the target is above what these products allow" if gemm_frac < 0.40 else "")),
+            + ("; the target is above what these products allow" if gemm_frac < 0.40 else ""),
+        ),
     ]
-    raw = {"t_ours": t_ours, "t_sklearn": t_sk, "t_reference": t_ref, "traj_err": traj_err,
-           "ref_err": ref_err, "gflops": gflops, "peak_gflops": peak_gflops,
-           "gemm_gflops": gemm_gflops, "ours_ll": ours_ll.tolist(),
-           "sklearn_ll": list(map(float, sk.lower_bounds_))}
+    raw = {
+        "t_ours": t_ours,
+        "t_sklearn": t_sk,
+        "t_reference": t_ref,
+        "traj_err": traj_err,
+        "ref_err": ref_err,
+        "gflops": gflops,
+        "peak_gflops": peak_gflops,
+        "gemm_gflops": gemm_gflops,
+        "ours_ll": ours_ll.tolist(),
+        "sklearn_ll": list(map(float, sk.lower_bounds_)),
+    }
     raw |= {f"t_sklearn_{n}thr": t[f"sklearn_{n}thr"] / (iters + 1) for n in threads}
     return rows, raw
 

@@ -37,11 +37,25 @@ def run(ns=(4096, 16384, 65536), H: int = 64, reps: int = 7):
         scale = np.max(np.abs(ref))
         assert np.max(np.abs(np.asarray(par(a, b, h0)) - ref)) <= 1e-12 * scale
         assert np.max(np.abs(np.asarray(logs(jnp.log(a), b, h0)) - ref)) <= 1e-12 * scale
-        t = compare({"sequential": lambda: seq(a, b, h0).block_until_ready(),
-                     "parallel": lambda: par(a, b, h0).block_until_ready(),
-                     "log": lambda: logs(jnp.log(a), b, h0).block_until_ready()}, reps=reps)
+        t = compare(
+            {
+                "sequential": lambda: seq(a, b, h0).block_until_ready(),
+                "parallel": lambda: par(a, b, h0).block_until_ready(),
+                "log": lambda: logs(jnp.log(a), b, h0).block_until_ready(),
+            },
+            reps=reps,
+        )
         raw[n] = t
-        rows.append(row("gru scan", f"sequential / parallel, N = {n}, H = {H}", t["sequential"] / t["parallel"], "x",
-                        "", None, f"seq {1e3 * t['sequential']:.2f} ms, par {1e3 * t['parallel']:.2f} ms, "
-                        f"log {1e3 * t['log']:.2f} ms ({jax.default_backend()})"))
+        rows.append(
+            row(
+                "gru scan",
+                f"sequential / parallel, N = {n}, H = {H}",
+                t["sequential"] / t["parallel"],
+                "x",
+                "",
+                None,
+                f"seq {1e3 * t['sequential']:.2f} ms, par {1e3 * t['parallel']:.2f} ms, "
+                f"log {1e3 * t['log']:.2f} ms ({jax.default_backend()})",
+            )
+        )
     return rows, raw

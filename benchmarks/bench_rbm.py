@@ -60,7 +60,9 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
     try:
         from lse_energy import rbm
     except ImportError:
-        return [row("3 RBM", "rbm module not available", "n/a", "", ">= 0.80 of ceiling", None, "lse_energy.rbm missing")], {}
+        return [
+            row("3 RBM", "rbm module not available", "n/a", "", ">= 0.80 of ceiling", None, "lse_energy.rbm missing")
+        ], {}
     import jax
     import jax.numpy as jnp
     from sklearn.neural_network import BernoulliRBM
@@ -76,12 +78,23 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
 
         def ours():
             # monitor=False: sklearn's fit computes no per-epoch diagnostics either
-            jax.block_until_ready(rbm.fit(p0, xj, key=jax.random.key(1), n_epochs=1, batch_size=batch_size,
-                                          learning_rate=lr, k=1, monitor=False))
+            jax.block_until_ready(
+                rbm.fit(
+                    p0,
+                    xj,
+                    key=jax.random.key(1),
+                    n_epochs=1,
+                    batch_size=batch_size,
+                    learning_rate=lr,
+                    k=1,
+                    monitor=False,
+                )
+            )
 
         def sk():
-            BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=lr, n_iter=1,
-                         random_state=0).fit(x)
+            BernoulliRBM(n_components=n_hidden, batch_size=batch_size, learning_rate=lr, n_iter=1, random_state=0).fit(
+                x
+            )
 
         gemm, gemm_sig = _floors(n_batches, batch_size, x.shape[1], n_hidden, jnp.dtype(dtype))
         rng = _random_words(n_batches, batch_size, x.shape[1], n_hidden)
@@ -92,19 +105,38 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
         met = frac >= 0.8
         # What the floor leaves out: CD-1 samples every visible and hidden unit, one uniform word each.
         with_words = t["gemm_sig"] + t["rng"]
-        reason = "" if met else (
-            f"the floor ({1e3 * t['gemm_sig']:.1f} ms) has no sampling; the epoch's random words alone take "
-            f"{1e3 * t['rng']:.1f} ms with JAX's threefry (kept, as the issue asks), so floor + words = "
-            f"{1e3 * with_words:.1f} ms caps this share at {t['gemm_sig'] / with_words:.2f}")
+        reason = (
+            ""
+            if met
+            else (
+                f"the floor ({1e3 * t['gemm_sig']:.1f} ms) has no sampling; the epoch's random words alone take "
+                f"{1e3 * t['rng']:.1f} ms with JAX's threefry (kept, as the issue asks), so floor + words = "
+                f"{1e3 * with_words:.1f} ms caps this share at {t['gemm_sig'] / with_words:.2f}"
+            )
+        )
         rows += [
             row("3 RBM", f"rbm.fit 1 CD-1 epoch ({size})", 1e3 * t["ours"], "ms"),
-            row("3 RBM", f"sklearn BernoulliRBM 1 epoch (PCD-1), {name}", 1e3 * t["sklearn"], "ms",
-                note="sklearn uses persistent chains; same sizes, batch and dtype"),
-            row("3 RBM", f"floor: the epoch's GEMMs only / with sigmoids, {name}",
-                f"{1e3 * t['gemm']:.1f} / {1e3 * t['gemm_sig']:.1f}", "ms",
-                note=f"{n_batches} steps of 5 GEMMs (+3 sigmoids), jitted scan, no sampling"),
-            row("3 RBM", f"the epoch's random words ({n_batches} x {batch_size} x {x.shape[1] + n_hidden}, threefry)",
-                1e3 * t["rng"], "ms", note="jax.random.bits, uint32: one word per Bernoulli draw"),
+            row(
+                "3 RBM",
+                f"sklearn BernoulliRBM 1 epoch (PCD-1), {name}",
+                1e3 * t["sklearn"],
+                "ms",
+                note="sklearn uses persistent chains; same sizes, batch and dtype",
+            ),
+            row(
+                "3 RBM",
+                f"floor: the epoch's GEMMs only / with sigmoids, {name}",
+                f"{1e3 * t['gemm']:.1f} / {1e3 * t['gemm_sig']:.1f}",
+                "ms",
+                note=f"{n_batches} steps of 5 GEMMs (+3 sigmoids), jitted scan, no sampling",
+            ),
+            row(
+                "3 RBM",
+                f"the epoch's random words ({n_batches} x {batch_size} x {x.shape[1] + n_hidden}, threefry)",
+                1e3 * t["rng"],
+                "ms",
+                note="jax.random.bits, uint32: one word per Bernoulli draw",
+            ),
             row("3 RBM", f"speed-up over sklearn, {name}", ratio, "x"),
             row("3 RBM", f"ceiling: largest attainable speed-up (sklearn / floor), {name}", ceiling, "x"),
             row("3 RBM", f"share of the ceiling reached (floor / ours), {name}", frac, "", ">= 0.80", met, reason),
@@ -113,8 +145,13 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
     # sanity: training lowers the reconstruction error (the monitored run, float64)
     xj = jnp.asarray(x64)
     p0 = rbm.init_params(x64.shape[1], n_hidden, key=jax.random.key(0), scale=0.01)
-    trace = rbm.fit(p0, xj, key=jax.random.key(1), n_epochs=2, batch_size=batch_size, learning_rate=lr,
-                    k=1).extras
-    rows.append(row("3 RBM", "reconstruction error after epochs 1, 2 (float64)",
-                    f"{float(trace.reconstruction_error[0]):.4f}, {float(trace.reconstruction_error[1]):.4f}", ""))
+    trace = rbm.fit(p0, xj, key=jax.random.key(1), n_epochs=2, batch_size=batch_size, learning_rate=lr, k=1).extras
+    rows.append(
+        row(
+            "3 RBM",
+            "reconstruction error after epochs 1, 2 (float64)",
+            f"{float(trace.reconstruction_error[0]):.4f}, {float(trace.reconstruction_error[1]):.4f}",
+            "",
+        )
+    )
     return rows, out

@@ -33,24 +33,45 @@ from benchmarks.common import compare, row
 P = 0.2
 
 
-def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps: int = 15, *,
-        n_train: int = 64, seeds=(0, 1, 2), n_steps: int = 300, n_test: int = 256, rank: int = 5,
-        max_steps: int = 60):
+def run(
+    ns=(256, 1024, 4096),
+    batch: int = 32,
+    d: int = 10,
+    d_k: int = 10,
+    reps: int = 15,
+    *,
+    n_train: int = 64,
+    seeds=(0, 1, 2),
+    n_steps: int = 300,
+    n_test: int = 256,
+    rank: int = 5,
+    max_steps: int = 60,
+):
     """Rows of section 4 and the raw figures per ``n``; the task is chapter 09's (d = 10, rank 5, p = 1/5)."""
     try:
         from lse_energy import expanding
         from lse_energy.experiments import structural_tasks as toy
     except ImportError:
-        return [row("4 expanding", "structural module not available", "n/a", "", ">= 3", None,
-                    "lse_energy.structural missing")], {}
+        return [
+            row(
+                "4 expanding",
+                "structural module not available",
+                "n/a",
+                "",
+                ">= 3",
+                None,
+                "lse_energy.structural missing",
+            )
+        ], {}
     import jax
     import jax.numpy as jnp
     import optax
 
     opt = optax.adam(2e-2)
     train = dict(n_steps=n_steps, batch=32, n=n_train, d=d, d_k=d_k, rank=rank, n_test=n_test, max_steps=max_steps)
-    trained = {m: toy.run_expanding_experiment(m, list(seeds), [P], optimizer=opt, **train)[0]
-               for m in ("self", "expanding")}
+    trained = {
+        m: toy.run_expanding_experiment(m, list(seeds), [P], optimizer=opt, **train)[0] for m in ("self", "expanding")
+    }
     tasks = []
     for s in seeds:
         kt = jax.random.split(jax.random.key(int(s)), 4)[0]  # the task drawn by run_expanding_experiment
@@ -69,8 +90,9 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps:
             x, y, _ = toy.sample_expanding(task, n, n_test, P, key=jax.random.key(1000 + i))
             var = float(task.w_y @ task.w_y)
             loss["self"].append(float(jnp.mean((f_self(params_of("self", i), x) - y) ** 2)) / var)
-            yh, res = toy.predict_expanding_task("expanding", params_of("expanding", i), x, max_steps=max_steps,
-                                               max_window="auto")
+            yh, res = toy.predict_expanding_task(
+                "expanding", params_of("expanding", i), x, max_steps=max_steps, max_window="auto"
+            )
             assert not bool(jnp.any(res.overflow))
             loss["expanding"].append(float(jnp.mean((yh - y) ** 2)) / var)
         loss = {m: float(np.mean(v)) for m, v in loss.items()}
@@ -78,44 +100,95 @@ def run(ns=(256, 1024, 4096), batch: int = 32, d: int = 10, d_k: int = 10, reps:
         # Timing on seed 0's models; the cap comes from a calibration batch, not the timed one.
         ps, pe = params_of("self", 0), params_of("expanding", 0)
         xc, _, _ = toy.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(7))
-        cap = toy.predict_expanding_task("expanding", pe, xc, max_steps=max_steps,
-                                       max_window="auto")[1].weights.shape[-1]
+        cap = toy.predict_expanding_task("expanding", pe, xc, max_steps=max_steps, max_window="auto")[1].weights.shape[
+            -1
+        ]
         x, _, _ = toy.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(8))
         while True:
-            f_exp = jax.jit(lambda p, xx, cap=cap: toy.predict_expanding_task("expanding", p, xx, max_steps=max_steps,
-                                                                            max_window=cap))
+            f_exp = jax.jit(
+                lambda p, xx, cap=cap: toy.predict_expanding_task(
+                    "expanding", p, xx, max_steps=max_steps, max_window=cap
+                )
+            )
             _, res = f_exp(pe, x)
             if cap >= n - 1 or not bool(jnp.any(res.overflow)):
                 break
             cap = min(2 * cap, n - 1)  # the calibration cap was too small for this batch: stay exact
-        t = compare({
-            "self": lambda: f_self(ps, x).block_until_ready(),
-            "expanding": lambda: f_exp(pe, x)[0].block_until_ready(),
-            "auto": lambda: toy.predict_expanding_task("expanding", pe, x, max_steps=max_steps,
-                                                     max_window="auto")[0].block_until_ready(),
-        }, reps=reps)
+        t = compare(
+            {
+                "self": lambda: f_self(ps, x).block_until_ready(),
+                "expanding": lambda: f_exp(pe, x)[0].block_until_ready(),
+                "auto": lambda: toy.predict_expanding_task("expanding", pe, x, max_steps=max_steps, max_window="auto")[
+                    0
+                ].block_until_ready(),
+            },
+            reps=reps,
+        )
         ops_ratio = expanding.self_attention_ops(n - 1, d_k, 1) / float(jnp.mean(res.ops))
         ratio, ratio_auto = t["self"] / t["expanding"], t["self"] / t["auto"]
-        raw[n] = {"t_self": t["self"], "t_expanding": t["expanding"], "t_auto": t["auto"], "cap": cap,
-                  "ops_ratio": ops_ratio, "loss_self": loss["self"], "loss_expanding": loss["expanding"],
-                  "mean_window": float(jnp.mean(res.window)), "max_window": int(jnp.max(res.max_window))}
+        raw[n] = {
+            "t_self": t["self"],
+            "t_expanding": t["expanding"],
+            "t_auto": t["auto"],
+            "cap": cap,
+            "ops_ratio": ops_ratio,
+            "loss_self": loss["self"],
+            "loss_expanding": loss["expanding"],
+            "mean_window": float(jnp.mean(res.window)),
+            "max_window": int(jnp.max(res.max_window)),
+        }
         is_target = n == target_n
         equal = loss["expanding"] <= loss["self"]
         met = (ratio >= 3 and equal) if is_target else None
-        note = (f"jitted forwards, batch {batch}; static cap {cap} (max window {raw[n]['max_window']}), "
-                f"no overflow: output = dense path")
+        note = (
+            f"jitted forwards, batch {batch}; static cap {cap} (max window {raw[n]['max_window']}), "
+            f"no overflow: output = dense path"
+        )
         if is_target and not met:
-            note += "; target missed: " + ("speed-up < 3" if ratio < 3 else "") + \
-                    ("" if equal else " expanding loss > self loss")
-        rows.append(row("4 expanding", f"n={n}: wall-clock speed-up of expanding over full", ratio, "x",
-                        ">= 3 at equal loss" if is_target else "", met, note))
-        rows.append(row("4 expanding", f"n={n}: speed-up with max_window='auto' (public call)", ratio_auto, "x",
-                        note="cap search on the host and input validation included"))
-        rows.append(row("4 expanding", f"n={n}: operation-count ratio full/expanding", ops_ratio, "x",
-                        note=f"ops count the {cap} dot products computed; mean window "
-                             f"{raw[n]['mean_window']:.1f} of {n - 1} keys"))
-        rows.append(row("4 expanding", f"n={n}: test MSE/Var(y), self | expanding",
-                        f"{loss['self']:.3f} | {loss['expanding']:.3f}", "",
-                        "expanding <= self" if is_target else "", equal if is_target else None,
-                        f"trained at n={n_train}, p={P}, {len(seeds)} seeds x {n_steps} steps; mean over seeds"))
+            note += (
+                "; target missed: "
+                + ("speed-up < 3" if ratio < 3 else "")
+                + ("" if equal else " expanding loss > self loss")
+            )
+        rows.append(
+            row(
+                "4 expanding",
+                f"n={n}: wall-clock speed-up of expanding over full",
+                ratio,
+                "x",
+                ">= 3 at equal loss" if is_target else "",
+                met,
+                note,
+            )
+        )
+        rows.append(
+            row(
+                "4 expanding",
+                f"n={n}: speed-up with max_window='auto' (public call)",
+                ratio_auto,
+                "x",
+                note="cap search on the host and input validation included",
+            )
+        )
+        rows.append(
+            row(
+                "4 expanding",
+                f"n={n}: operation-count ratio full/expanding",
+                ops_ratio,
+                "x",
+                note=f"ops count the {cap} dot products computed; mean window "
+                f"{raw[n]['mean_window']:.1f} of {n - 1} keys",
+            )
+        )
+        rows.append(
+            row(
+                "4 expanding",
+                f"n={n}: test MSE/Var(y), self | expanding",
+                f"{loss['self']:.3f} | {loss['expanding']:.3f}",
+                "",
+                "expanding <= self" if is_target else "",
+                equal if is_target else None,
+                f"trained at n={n_train}, p={P}, {len(seeds)} seeds x {n_steps} steps; mean over seeds",
+            )
+        )
     return rows, raw

@@ -29,8 +29,9 @@ CHAPTER_S, TOTAL_S = 60.0, 600.0
 
 def time_chapter(path: pathlib.Path, timeout: int = 600) -> dict:
     nb = nbformat.read(path, as_version=4)
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}},
-                            record_timing=True)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(BOOK)}}, record_timing=True
+    )
     t0 = time.perf_counter()
     client.execute()
     total = time.perf_counter() - t0
@@ -69,8 +70,9 @@ def main(argv=None) -> int:
     print(f"{'all chapters':40s} {total:7.1f} s  <= {TOTAL_S:.0f} s: {'yes' if total <= TOTAL_S else 'NO'}")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(dict(xla_flags=flags, chapters=rows, total=total,
-                                   load_after=os.getloadavg()[0]), indent=1) + "\n")
+    out.write_text(
+        json.dumps(dict(xla_flags=flags, chapters=rows, total=total, load_after=os.getloadavg()[0]), indent=1) + "\n"
+    )
     return 0
 
 

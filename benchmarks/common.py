@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -53,5 +53,4 @@ def matmul_callable(n: int, dtype) -> tuple[Callable[[], object], float]:
 
 def row(section: str, name: str, value, unit: str = "", target: str = "", met=None, note: str = "") -> dict:
     """One line of the results table (``met``: True/False, or None when there is no target)."""
-    return {"section": section, "name": name, "value": value, "unit": unit, "target": target,
-            "met": met, "note": note}
+    return {"section": section, "name": name, "value": value, "unit": unit, "target": target, "met": met, "note": note}

@@ -41,8 +41,18 @@ def fmt(value) -> str:
 
 def table(rows) -> str:
     head = ("section", "measurement", "value", "unit", "target", "met", "note")
-    lines = [[r["section"], r["name"], fmt(r["value"]), r["unit"], r["target"],
-              {True: "yes", False: "NO", None: ""}[r["met"]], r["note"]] for r in rows]
+    lines = [
+        [
+            r["section"],
+            r["name"],
+            fmt(r["value"]),
+            r["unit"],
+            r["target"],
+            {True: "yes", False: "NO", None: ""}[r["met"]],
+            r["note"],
+        ]
+        for r in rows
+    ]
     widths = [max(len(str(x)) for x in col) for col in zip(head, *lines)]
     out = [" | ".join(h.ljust(w) for h, w in zip(head, widths)), "-+-".join("-" * w for w in widths)]
     out += [" | ".join(str(x).ljust(w) for x, w in zip(line, widths)) for line in lines]
@@ -123,17 +133,32 @@ def device() -> str:
 def describe(load_before, load_after, seconds: float) -> str:
     """The table's heading line: device, versions, float32 matmul precision, load."""
     precision = jax.config.jax_default_matmul_precision or "default"
-    return (f"lse_energy benchmarks on {device()}, jax {jax.__version__}, JAX float32 matmul precision "
-            f"{precision}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); "
-            f"{seconds:.0f} s")
+    return (
+        f"lse_energy benchmarks on {device()}, jax {jax.__version__}, JAX float32 matmul precision "
+        f"{precision}; load average before {load_before[0]:.2f}, after {load_after[0]:.2f} (1 min); "
+        f"{seconds:.0f} s"
+    )
 
 
 def _write(out: pathlib.Path, load_before, load_after, rows, raw) -> None:
-    out.write_text(json.dumps({"device": device(), "platform": jax.default_backend(),
-                               "matmul_precision": jax.config.jax_default_matmul_precision,
-                               "load_average_before": load_before, "load_average_after": load_after,
-                               "cpus": os.cpu_count(), "jax": jax.__version__, "rows": rows,
-                               "table": table(rows), "raw": raw}, indent=1, default=str))
+    out.write_text(
+        json.dumps(
+            {
+                "device": device(),
+                "platform": jax.default_backend(),
+                "matmul_precision": jax.config.jax_default_matmul_precision,
+                "load_average_before": load_before,
+                "load_average_after": load_after,
+                "cpus": os.cpu_count(),
+                "jax": jax.__version__,
+                "rows": rows,
+                "table": table(rows),
+                "raw": raw,
+            },
+            indent=1,
+            default=str,
+        )
+    )
 
 
 if __name__ == "__main__":

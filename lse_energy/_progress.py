@@ -65,5 +65,6 @@ def tick(i, total: int, report_every: int) -> None:
     if not report_every:
         return
     done = jnp.asarray(i) + 1
-    jax.lax.cond(jnp.any((done % report_every == 0) | (done == total)),
-                 lambda: jax.debug.callback(_report, done), lambda: None)
+    jax.lax.cond(
+        jnp.any((done % report_every == 0) | (done == total)), lambda: jax.debug.callback(_report, done), lambda: None
+    )

@@ -26,7 +26,17 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["DEFAULT_CHUNK_ROWS", "RowChunks", "Stream", "is_streamed", "local_stream", "moments", "stream_sum", "choose_rows", "em_loop"]
+__all__ = [
+    "DEFAULT_CHUNK_ROWS",
+    "RowChunks",
+    "Stream",
+    "is_streamed",
+    "local_stream",
+    "moments",
+    "stream_sum",
+    "choose_rows",
+    "em_loop",
+]
 
 DEFAULT_CHUNK_ROWS = 1 << 16
 
@@ -123,7 +133,7 @@ class RowChunks:
         order = np.argsort(idx)
         out = np.empty((idx.size, self.d), self.dtype)
         for j in order:  # K rows: one small read each keeps h5py-style sources (increasing indices) happy
-            out[j] = np.asarray(self.x[int(idx[j]):int(idx[j]) + 1], dtype=self.dtype)[0]
+            out[j] = np.asarray(self.x[int(idx[j]) : int(idx[j]) + 1], dtype=self.dtype)[0]
         return out
 
     def __iter__(self):
@@ -160,7 +170,7 @@ def local_stream(rows: RowChunks, statistics) -> Stream:
         for block in rows:
             valid = np.ones((size,), rows.dtype)
             if block.shape[0] < size:
-                valid[block.shape[0]:] = 0
+                valid[block.shape[0] :] = 0
                 block = np.concatenate([block, np.zeros((size - block.shape[0], rows.d), rows.dtype)])
             yield jnp.asarray(block), jnp.asarray(valid)
 
@@ -196,7 +206,8 @@ def _masked_scatter(x, valid, mean):
 
 
 def moments(stream: Stream, reg: float):
-    """``(mean, covariance + reg I)`` of the stream's rows in two passes (the biased covariance, as ``np.cov(bias=True)``)."""
+    """``(mean, covariance + reg I)`` of the stream's rows in two passes (the biased covariance, as
+    ``np.cov(bias=True)``)."""
     mean = stream_sum(stream, _masked_sum) / stream.n
     cov = stream_sum(stream, _masked_scatter, mean) / stream.n
     return mean, cov + reg * jnp.eye(mean.shape[0], dtype=mean.dtype)

@@ -37,6 +37,7 @@ import numpy as np
 
 Array = jax.Array
 
+
 def is_concrete(*arrays) -> bool:
     """True when no argument is a tracer, i.e. all hold values (not inside jit/grad).
 
@@ -94,9 +95,11 @@ def require_finite(where: str, result, *, steps=None, hint: str = "") -> None:
     if not is_concrete(*leaves, *(() if steps is None else (steps,))):
         return
     paths = jax.tree_util.tree_flatten_with_path(result)[0]
-    bad = ["result" + jax.tree_util.keystr(path) for path, a in paths
-           if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact)
-           and not all_finite(a)]
+    bad = [
+        "result" + jax.tree_util.keystr(path)
+        for path, a in paths
+        if a is not None and jnp.issubdtype(jnp.asarray(a).dtype, jnp.inexact) and not all_finite(a)
+    ]
     if not bad:
         return
     where_step = ""
@@ -104,8 +107,9 @@ def require_finite(where: str, result, *, steps=None, hint: str = "") -> None:
         finite = np.all(np.isfinite(np.asarray(steps)).reshape(np.shape(steps)[0], -1), axis=1)
         if not np.all(finite):
             where_step = f", first at step {int(np.argmin(finite))}"
-    raise ValueError(f"{where}: the run diverged: {', '.join(bad)} became non-finite{where_step}"
-                     + (f"; {hint}" if hint else ""))
+    raise ValueError(
+        f"{where}: the run diverged: {', '.join(bad)} became non-finite{where_step}" + (f"; {hint}" if hint else "")
+    )
 
 
 def _is_int(value) -> bool:
@@ -126,8 +130,9 @@ def prng_key(name: str, key):
         return key
     if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
         return key
-    raise ValueError(f"{name} must be one PRNG key (jax.random.key); got {type(key).__name__} "
-                     f"{getattr(key, 'shape', '')}".rstrip())
+    raise ValueError(
+        f"{name} must be one PRNG key (jax.random.key); got {type(key).__name__} {getattr(key, 'shape', '')}".rstrip()
+    )
 
 
 def _real_scalar(value) -> bool:
@@ -208,9 +213,7 @@ def qk(q, k) -> tuple[Array, Array]:
     if k.shape[-2] < 1:
         raise ValueError(f"k must have at least one row (N_K >= 1 keys); got shape {k.shape}")
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must share their last (feature) dimension; got q{q.shape} and k{k.shape}"
-        )
+        raise ValueError(f"q and k must share their last (feature) dimension; got q{q.shape} and k{k.shape}")
     return q, k
 
 

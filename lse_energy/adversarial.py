@@ -158,8 +158,7 @@ def _check_params(params) -> Params:
     W2 = _validate.array("params.W2", params.W2, 2)
     b2 = _validate.array("params.b2", params.b2, 1)
     if b1.shape != (h,) or W2.shape[0] != h or b2.shape != (W2.shape[1],):
-        raise ValueError(f"params shapes do not chain: W1 {W1.shape}, b1 {b1.shape}, W2 {W2.shape}, "
-                         f"b2 {b2.shape}")
+        raise ValueError(f"params shapes do not chain: W1 {W1.shape}, b1 {b1.shape}, W2 {W2.shape}, b2 {b2.shape}")
     return Params(W1, b1, W2, b2)
 
 
@@ -199,8 +198,10 @@ def _check_box(box):
         return None
     if not (isinstance(box, tuple) and len(box) == 2):
         raise ValueError(f"box must be None or a (lo, hi) tuple; got {box!r}")
-    if not all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-               and math.isfinite(v) for v in box):
+    if not all(
+        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
+        for v in box
+    ):
         raise ValueError(f"box must hold two finite real numbers; got {box!r}")
     lo, hi = float(box[0]), float(box[1])
     if not lo < hi:
@@ -220,8 +221,7 @@ def _check_in_box(x, box):
 # ---------------------------------------------------------------------------
 
 
-def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float = 1.0,
-                dtype=None) -> Params:
+def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float = 1.0, dtype=None) -> Params:
     r"""Weights :math:`\mathcal N(0, \mathrm{scale}^2 / \text{fan-in})`, zero biases.
 
     ``n_classes = 1`` builds the binary score :math:`f: X \to \mathbb R` of §25.1.
@@ -391,8 +391,9 @@ def _attack_args(params, x, t, box):
     return params, x, t, box
 
 
-def gradient_attack(params: Params, x, t, k: float, *, targeted: bool = False,
-                    epsilon: float | None = None, box=None) -> Array:
+def gradient_attack(
+    params: Params, x, t, k: float, *, targeted: bool = False, epsilon: float | None = None, box=None
+) -> Array:
     r"""The gradient attacks of §24, one step of size ``k``.
 
     Untargeted: :math:`x' = x + k \nabla_x E(f(x;\theta), t(x))` (``t`` the true
@@ -436,6 +437,7 @@ def fgsm(params: Params, x, t, epsilon: float, *, targeted: bool = False, box=No
 @partial(jax.jit, static_argnames=("inner", "n_steps", "monotone", "box"))
 def _ascend(p, x, x0, aux, epsilon, step_size, *, inner, n_steps, monotone, box):
     """Projected sign ascent of the per-example ``inner(p, x, x_adv, aux)`` from ``x0``."""
+
     def per_example(xa):
         return inner(p, x, xa, aux)
 
@@ -470,8 +472,9 @@ def _binary_ce_inner(p, x, xa, t):
     return _g(_logits(p, xa)[:, 0] * t)
 
 
-def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
-        monotone: bool = False, key=None, box=None) -> Ascent:
+def pgd(
+    params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int, monotone: bool = False, key=None, box=None
+) -> Ascent:
     r"""Iterated FGSM with projection (PGD; Madry et al. 2018, not in the notes).
 
     ``n_steps`` steps :math:`x' \leftarrow \Pi_{B_\infty(x,\epsilon)\cap\text{box}}
@@ -503,12 +506,21 @@ def pgd(params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int,
         key = _validate.prng_key("key", key)
         x0 = _project(x + eps * core.random_uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
     inner, aux = (_binary_ce_inner, t.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, t)
-    return _ascend(params, x, x0, aux, eps, jnp.asarray(step_size, x.dtype),
-                   inner=inner, n_steps=n_steps, monotone=bool(monotone), box=box)
+    return _ascend(
+        params,
+        x,
+        x0,
+        aux,
+        eps,
+        jnp.asarray(step_size, x.dtype),
+        inner=inner,
+        n_steps=n_steps,
+        monotone=bool(monotone),
+        box=box,
+    )
 
 
-def minimal_perturbation(params: Params, x, t, *, eps_max: float, n_bisect: int = 30,
-                         box=None) -> MinimalPerturbation:
+def minimal_perturbation(params: Params, x, t, *, eps_max: float, n_bisect: int = 30, box=None) -> MinimalPerturbation:
     r"""§24's minimal perturbation, searched along the FGSM direction by bisection.
 
     The notes ask for :math:`\min \|\delta x\|` such that
@@ -658,7 +670,8 @@ def _trades(p, x, t, x_adv, beta):
 
 
 def trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
-    r"""Multi-class TRADES: :math:`\frac1N\sum_n \ell(x_n, t_n) + \beta\,\mathrm{KL}(\operatorname{softmax} z(x_n) \,\|\, \operatorname{softmax} z(x'_n))`.
+    r"""Multi-class TRADES: :math:`\frac1N\sum_n \ell(x_n, t_n) + \beta\,\mathrm{KL}(\operatorname{softmax} z(x_n)
+    \,\|\, \operatorname{softmax} z(x'_n))`.
 
     The KL is the multi-class counterpart of §25.1's :math:`g(f(X) f(X'))`
     (Zhang et al. 2019); :math:`X'` is held fixed.
@@ -687,8 +700,18 @@ def grad_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
     return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
 
 
-def inner_maximize(params: Params, x, epsilon: float, *, key, step_size: float, n_steps: int,
-                   monotone: bool = True, init_scale: float = 1e-3, box=None) -> Ascent:
+def inner_maximize(
+    params: Params,
+    x,
+    epsilon: float,
+    *,
+    key,
+    step_size: float,
+    n_steps: int,
+    monotone: bool = True,
+    init_scale: float = 1e-3,
+    box=None,
+) -> Ascent:
     r"""TRADES inner maximisation: "several gradient ascents to find X'" (§25.1).
 
     Maximises the per-example inner loss over :math:`X' \in B_\infty(X,\epsilon)`
@@ -711,8 +734,7 @@ def inner_maximize(params: Params, x, epsilon: float, *, key, step_size: float, 
     step_size = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
     n_steps = _validate.count("n_steps", n_steps)
     init_scale = _validate.nonnegative("init_scale", init_scale)
-    return _inner(params, x, key, epsilon, step_size, init_scale, n_steps=n_steps, monotone=bool(monotone),
-                  box=box)
+    return _inner(params, x, key, epsilon, step_size, init_scale, n_steps=n_steps, monotone=bool(monotone), box=box)
 
 
 def _inner(p, x, key, epsilon, step_size, init_scale, *, n_steps, monotone, box):
@@ -731,8 +753,23 @@ def _augment(p, x, t, x_adv, beta):
 
 
 @partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "inner_steps", "defence", "box"))
-def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer, n_epochs, batch_size,
-           inner_steps, defence, box):
+def _train(
+    params,
+    opt_state,
+    x,
+    t,
+    key,
+    beta,
+    epsilon,
+    step_size,
+    *,
+    optimizer,
+    n_epochs,
+    batch_size,
+    inner_steps,
+    defence,
+    box,
+):
     binary = params.W2.shape[1] == 1
     n_batches = x.shape[0] // batch_size
 
@@ -742,14 +779,26 @@ def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer,
         tf = tb.astype(x.dtype) if binary else tb
         if defence == "augment":
             x0 = _project(xb + 1e-3 * core.random_normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
-            xa = jax.lax.stop_gradient(_ascend(p, xb, x0, tf, epsilon, step_size,
-                                               inner=_binary_ce_inner if binary else _ce_inner,
-                                               n_steps=inner_steps, monotone=True, box=box).x_adv)
+            xa = jax.lax.stop_gradient(
+                _ascend(
+                    p,
+                    xb,
+                    x0,
+                    tf,
+                    epsilon,
+                    step_size,
+                    inner=_binary_ce_inner if binary else _ce_inner,
+                    n_steps=inner_steps,
+                    monotone=True,
+                    box=box,
+                ).x_adv
+            )
             val, g = jax.value_and_grad(_augment)(p, xb, tf, xa, beta)
         else:
             if inner_steps:
-                xa = jax.lax.stop_gradient(_inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps,
-                                                  monotone=True, box=box).x_adv)
+                xa = jax.lax.stop_gradient(
+                    _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps, monotone=True, box=box).x_adv
+                )
             else:
                 xa = xb
             if binary:
@@ -772,9 +821,23 @@ def _train(params, opt_state, x, t, key, beta, epsilon, step_size, *, optimizer,
     return params, opt_state, energies
 
 
-def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size: int, beta: float = 0.0,
-        epsilon: float = 0.1, inner_steps: int = 5, step_size: float | None = None, box=None,
-        opt_state=None, defence: str = "trades") -> core.FitResult:
+def fit(
+    params: Params,
+    x,
+    t,
+    *,
+    key,
+    optimizer: Any,
+    n_epochs: int,
+    batch_size: int,
+    beta: float = 0.0,
+    epsilon: float = 0.1,
+    inner_steps: int = 5,
+    step_size: float | None = None,
+    box=None,
+    opt_state=None,
+    defence: str = "trades",
+) -> core.FitResult:
     r"""Standard training (``beta = 0``), TRADES training (``beta > 0``), or plain adversarial training
     (``defence="augment"``), §25 of the notes.
 
@@ -836,9 +899,22 @@ def fit(params: Params, x, t, *, key, optimizer: Any, n_epochs: int, batch_size:
         opt_state = optimizer.init(params)
     dt = x.dtype
     inner = inner_steps if (beta > 0 or defence == "augment") else 0
-    p, s, energies = _train(params, opt_state, x, t, key, jnp.asarray(beta, dt), jnp.asarray(epsilon, dt),
-                            jnp.asarray(step_size, dt), optimizer=optimizer, n_epochs=n_epochs,
-                            batch_size=batch_size, inner_steps=inner, defence=defence, box=box)
+    p, s, energies = _train(
+        params,
+        opt_state,
+        x,
+        t,
+        key,
+        jnp.asarray(beta, dt),
+        jnp.asarray(epsilon, dt),
+        jnp.asarray(step_size, dt),
+        optimizer=optimizer,
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        inner_steps=inner,
+        defence=defence,
+        box=box,
+    )
     out = core.FitResult(p, energies, n_epochs, None, FitExtras(s))
     _validate.require_finite("adversarial.fit", out, steps=out.energies, hint="lower the optimizer's learning rate")
     return out

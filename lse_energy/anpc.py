@@ -145,8 +145,7 @@ def _check_precisions(precisions, N, dtype) -> Array:
         k = jnp.broadcast_to(k[:, None], (N, N))
     elif k.shape != (N, N):
         raise ValueError(
-            f"precisions must have shape (N,) (one per neuron) or (N, N) (one per synapse) with "
-            f"N = {N}; got {k.shape}"
+            f"precisions must have shape (N,) (one per neuron) or (N, N) (one per synapse) with N = {N}; got {k.shape}"
         )
     if _validate.is_concrete(k) and not (np.all(np.isfinite(np.asarray(k))) and np.all(np.asarray(k) >= 0)):
         raise ValueError("precisions must be finite and >= 0")
@@ -269,8 +268,7 @@ def attention(params: Params, x, precisions=None, *, activation: str = "tanh") -
     return _attention(params, x, k, activation)
 
 
-def effective_precisions(params: Params, x, precisions=None, *,
-                              activation: str = "tanh") -> Array:
+def effective_precisions(params: Params, x, precisions=None, *, activation: str = "tanh") -> Array:
     r"""The effective per-synapse precisions :math:`k_{ij}\,\alpha_{ij}(x)`.
 
     At any state :math:`x`, the gradient of the attention-normalised energy
@@ -339,8 +337,7 @@ def _standard_energy(params, x, k, activation):
     return core.energy(flat, mask, allow_empty=True)
 
 
-def standard_energy(params: Params, x, precisions=None, *,
-                         activation: str = "tanh") -> Array:
+def standard_energy(params: Params, x, precisions=None, *, activation: str = "tanh") -> Array:
     r"""Standard predictive coding on the same synapses,
 
     .. math:: F_{\mathrm{std}} = \sum_{(i, j):\, j \in \mathrm{pre}(i)} \tfrac12 k_{ij}\,\varepsilon_{ij}^2,
@@ -412,8 +409,7 @@ def grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     return _grad_x(params, x, k, activation)
 
 
-def standard_grad_x(params: Params, x, precisions=None, *,
-                         activation: str = "tanh") -> Array:
+def standard_grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> Array:
     r""":math:`\partial F_{\mathrm{std}}/\partial x`, the standard inference dynamics (§4.4, first display).
 
     .. math:: \dot x_i = -\frac{\partial F_{\mathrm{std}}}{\partial x_i}
@@ -434,8 +430,7 @@ def standard_grad_x(params: Params, x, precisions=None, *,
     return _standard_grad_x(params, x, k, activation)
 
 
-def grad_params(params: Params, x, precisions=None, *, activation: str = "tanh",
-                     normalised: bool = True) -> Params:
+def grad_params(params: Params, x, precisions=None, *, activation: str = "tanh", normalised: bool = True) -> Params:
     r"""Learning rules :math:`\partial F/\partial w` and :math:`\partial F/\partial b`.
 
     .. math:: -\frac{\partial F_{\mathrm{att}}}{\partial w_{ij}} = \alpha_{ij}\,k_{ij}\,\varepsilon_{ij}\, f(x_j),
@@ -470,8 +465,9 @@ def grad_params(params: Params, x, precisions=None, *, activation: str = "tanh",
 def _check_clamp_mask(clamp, N) -> Array:
     c = jnp.asarray(clamp)
     if c.shape != (N,) or c.dtype != jnp.bool_:
-        raise ValueError(f"clamp must be a boolean array of shape (N,) = ({N},) (True = clamped); "
-                         f"got {c.dtype}{c.shape}")
+        raise ValueError(
+            f"clamp must be a boolean array of shape (N,) = ({N},) (True = clamped); got {c.dtype}{c.shape}"
+        )
     return c
 
 
@@ -489,8 +485,15 @@ def _lipschitz(params, k, free, activation, radius, normalised):
     return jnp.max(jnp.where(free, own + down, 0.0))
 
 
-def lipschitz(params: Params, precisions=None, *, clamp, activation: str = "tanh",
-                   radius: float | None = None, normalised: bool = True) -> Array:
+def lipschitz(
+    params: Params,
+    precisions=None,
+    *,
+    clamp,
+    activation: str = "tanh",
+    radius: float | None = None,
+    normalised: bool = True,
+) -> Array:
     r"""An upper curvature bound :math:`L` of :math:`F_{\mathrm{att}}` in the free neurons.
 
     .. math:: L = \max_{n\ \mathrm{free}} \Big( 2 \max_{j \in \mathrm{pre}(n)} k_{nj}
@@ -575,12 +578,22 @@ def _infer_jit(params, x0, k, free, eta, n_steps, activation, normalised):
 
     x, (trace, mx) = jax.lax.scan(step, x0, None, length=n_steps)
     e0 = energy(params, x0, k, activation)[None]
-    return Inference(x=x, energy=jnp.concatenate([e0, trace]),
-                         max_abs=jnp.concatenate([jnp.max(jnp.abs(x0))[None], mx]))
+    return Inference(
+        x=x, energy=jnp.concatenate([e0, trace]), max_abs=jnp.concatenate([jnp.max(jnp.abs(x0))[None], mx])
+    )
 
 
-def infer(params: Params, x0, precisions=None, *, clamp, n_steps: int,
-               step_size: float, activation: str = "tanh", normalised: bool = True) -> Inference:
+def infer(
+    params: Params,
+    x0,
+    precisions=None,
+    *,
+    clamp,
+    n_steps: int,
+    step_size: float,
+    activation: str = "tanh",
+    normalised: bool = True,
+) -> Inference:
     r"""Inference: gradient descent on the energy in the free neurons.
 
     .. math:: x_i \leftarrow x_i - \eta\,\frac{\partial F}{\partial x_i}

@@ -276,10 +276,7 @@ def cross_grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None)
     q, k = xq @ wq.T, xk @ wk.T
     dq = cross_grad_queries(q, k, beta=beta, mask=mask, bias=bias)
     dk = cross_grad_keys(q, k, beta=beta, mask=mask, bias=bias)
-    return Params(
-        wq=jnp.einsum("...ck,...ci->ki", dq, xq),
-        wk=jnp.einsum("...pk,...pi->ki", dk, xk),
-    )
+    return Params(wq=jnp.einsum("...ck,...ci->ki", dq, xq), wk=jnp.einsum("...pk,...pi->ki", dk, xk))
 
 
 # ---------------------------------------------------------------------------
@@ -505,10 +502,7 @@ def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
         raise ValueError(f"scale must be a finite scalar > 0; got {scale!r}")
     k1, k2 = jax.random.split(key)
     s = scale / math.sqrt(d_in)
-    return Params(
-        wq=s * core.random_normal(k1, (d_k, d_in)),
-        wk=s * core.random_normal(k2, (d_k, d_in)),
-    )
+    return Params(wq=s * core.random_normal(k1, (d_k, d_in)), wk=s * core.random_normal(k2, (d_k, d_in)))
 
 
 def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key) -> MultiHeadParams:
@@ -554,7 +548,9 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
     """
     if not isinstance(params, MultiHeadParams):
         raise ValueError(f"params must be MultiHeadParams; got {type(params).__name__}")
-    params = MultiHeadParams(*(_validate.float_array(f"params.{name}", a) for name, a in zip(MultiHeadParams._fields, params)))
+    params = MultiHeadParams(
+        *(_validate.float_array(f"params.{name}", a) for name, a in zip(MultiHeadParams._fields, params))
+    )
     if any(a.ndim != 3 for a in params):
         raise ValueError(
             "params must have wq, wk: (H, d_head, d_model), wv: (H, d_v, d_model), wo: (H, d_model, d_v); got "
@@ -565,8 +561,12 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
     xq = _validate.float_array("xq", xq, 2)
     xkv = xq if xkv is None else _validate.float_array("xkv", xkv, 2)
     H, dh, dm = params.wq.shape
-    if params.wk.shape != (H, dh, dm) or params.wv.shape[::2] != (H, dm) or params.wo.shape[:2] != (H, dm) \
-            or params.wo.shape[2] != params.wv.shape[1]:
+    if (
+        params.wk.shape != (H, dh, dm)
+        or params.wv.shape[::2] != (H, dm)
+        or params.wo.shape[:2] != (H, dm)
+        or params.wo.shape[2] != params.wv.shape[1]
+    ):
         raise ValueError(
             "params must have wq, wk: (H, d_head, d_model), wv: (H, d_v, d_model), wo: (H, d_model, d_v); got "
             f"{params.wq.shape}, {params.wk.shape}, {params.wv.shape}, {params.wo.shape}"

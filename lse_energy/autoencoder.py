@@ -326,7 +326,8 @@ def _check_cov(W, cov) -> tuple[Array, Array]:
 
 
 def linear_loss(W, cov) -> Array:
-    r"""The linear tied loss through the second moment: :math:`\tfrac12 \operatorname{tr}(E C E)`, :math:`E = I - W^\top W`.
+    r"""The linear tied loss through the second moment: :math:`\tfrac12 \operatorname{tr}(E C E)`, :math:`E = I -
+    W^\top W`.
 
     For the linear autoencoder without biases,
     :math:`L = \frac{1}{2N}\|X - X W^\top W\|_F^2 = \tfrac12\operatorname{tr}(E C E)` with
@@ -422,8 +423,9 @@ def _fit_jit(params, opt_state, x, optimizer, n_steps, activation):
     return p, values, s, gnorm
 
 
-def fit(params: Params, x, *, optimizer: Any, n_steps: int, activation: str = "linear",
-        opt_state=None) -> core.FitResult:
+def fit(
+    params: Params, x, *, optimizer: Any, n_steps: int, activation: str = "linear", opt_state=None
+) -> core.FitResult:
     r"""Train a tied autoencoder by full-batch gradient descent on :func:`loss` (§19 of the lecture notes).
 
     Each of the ``n_steps`` steps computes the analytic gradient

@@ -19,7 +19,8 @@ module in the package builds on :func:`energy` and :func:`weights`.
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, NamedTuple, Sequence
+from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -52,17 +53,13 @@ def _check_sim(sim, mask, allow_empty: bool):
     """Check ``sim``/``mask`` at the public boundary and return them as arrays."""
     sim = jnp.asarray(sim)
     if sim.ndim < 2:
-        raise ValueError(
-            f"sim must have shape (..., C, P) with at least 2 dimensions; got shape {sim.shape}"
-        )
+        raise ValueError(f"sim must have shape (..., C, P) with at least 2 dimensions; got shape {sim.shape}")
     if not jnp.issubdtype(sim.dtype, jnp.floating):
         raise ValueError(f"sim must have a floating dtype; got {sim.dtype}")
     if sim.shape[-1] == 0:
         raise ValueError(f"sim must have at least one parent (P >= 1); got shape {sim.shape}")
     if is_concrete(sim) and not all_finite(sim):
-        raise ValueError(
-            "sim must be finite; use `mask` (not -inf) to forbid an edge"
-        )
+        raise ValueError("sim must be finite; use `mask` (not -inf) to forbid an edge")
     if mask is None:
         return sim, None
     mask = jnp.asarray(mask)
@@ -71,9 +68,7 @@ def _check_sim(sim, mask, allow_empty: bool):
     try:
         mask = jnp.broadcast_to(mask, sim.shape)
     except ValueError as err:
-        raise ValueError(
-            f"mask of shape {mask.shape} does not broadcast to sim of shape {sim.shape}"
-        ) from err
+        raise ValueError(f"mask of shape {mask.shape} does not broadcast to sim of shape {sim.shape}") from err
     if not allow_empty and is_concrete(mask):
         empty = ~np.any(np.asarray(mask), axis=-1)
         if np.any(empty):
@@ -271,8 +266,14 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
       ``(..., N_Q, d_v)``.
     """
     n_q = q.shape[-2]
-    if (bias is not None or q.ndim != 2 or k.ndim != 2 or v.ndim != 2 or n_q < 2 * block
-            or jax.default_backend() != "cpu"):
+    if (
+        bias is not None
+        or q.ndim != 2
+        or k.ndim != 2
+        or v.ndim != 2
+        or n_q < 2 * block
+        or jax.default_backend() != "cpu"
+    ):
         return _softmax_average_dense(q, k, v, beta, bias)
     n_blocks = -(-n_q // block)
     pad = n_blocks * block - n_q
@@ -334,9 +335,7 @@ class EnergyTerm:
             mask = np.asarray(self.mask)
             shape = (self.children.size, self.parents.size)
             if mask.shape != shape or mask.dtype != np.bool_:
-                raise ValueError(
-                    f"mask must be boolean of shape (C_m, P_m) = {shape}; got {mask.dtype}{mask.shape}"
-                )
+                raise ValueError(f"mask must be boolean of shape (C_m, P_m) = {shape}; got {mask.dtype}{mask.shape}")
             if not self.allow_empty and not np.all(mask.any(axis=1)):
                 raise ValueError(
                     f"mask of term {self.name!r}: child row {int(np.argmin(mask.any(axis=1)))} "
@@ -357,9 +356,7 @@ def _check_nodes(nodes, terms):
             raise ValueError(f"terms must be EnergyTerm instances; got {type(term).__name__}")
         top = max(term.children.max(), term.parents.max())
         if top >= nodes.shape[0]:
-            raise ValueError(
-                f"term {term.name!r} refers to node {top} but nodes has only {nodes.shape[0]} rows"
-            )
+            raise ValueError(f"term {term.name!r} refers to node {top} but nodes has only {nodes.shape[0]} rows")
     return nodes
 
 
@@ -480,16 +477,14 @@ def random_normal(key: jax.Array, shape: Sequence[int] = (), dtype=None) -> jax.
     return _flat_draw(jax.random.normal, key, shape, () if dtype is None else (dtype,))
 
 
-def random_uniform(key: jax.Array, shape: Sequence[int] = (), dtype=None, minval=0.0,
-                   maxval=1.0) -> jax.Array:
+def random_uniform(key: jax.Array, shape: Sequence[int] = (), dtype=None, minval=0.0, maxval=1.0) -> jax.Array:
     """``jax.random.uniform(key, shape, dtype, minval, maxval)``, drawn as :func:`random_normal` draws.
 
     The same numbers; bounds that are arrays (not scalars) are passed to ``jax.random.uniform`` as they are.
     """
     if np.ndim(minval) or np.ndim(maxval):
         return jax.random.uniform(key, shape, *(() if dtype is None else (dtype,)), minval=minval, maxval=maxval)
-    return _flat_draw(jax.random.uniform, key, shape, () if dtype is None else (dtype,), minval=minval,
-                      maxval=maxval)
+    return _flat_draw(jax.random.uniform, key, shape, () if dtype is None else (dtype,), minval=minval, maxval=maxval)
 
 
 def _flat_draw(draw, key, shape, args, **kwargs):

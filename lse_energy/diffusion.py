@@ -16,7 +16,8 @@ in :math:`(0, 1)`, :math:`\alpha_t = 1 - \beta_t` and
 
 **Training and sampling.** A network :math:`\epsilon_\theta(x_t, t)` is fitted
 with the simplified loss
-:math:`\mathbb{E}_{x_0, t, \epsilon}\|\epsilon - \epsilon_\theta(\sqrt{\bar\alpha_t} x_0 + \sqrt{1-\bar\alpha_t}\,\epsilon, t)\|^2`
+:math:`\mathbb{E}_{x_0, t, \epsilon}\|\epsilon - \epsilon_\theta(\sqrt{\bar\alpha_t} x_0 +
+\sqrt{1-\bar\alpha_t}\,\epsilon, t)\|^2`
 and sampled ancestrally,
 
 .. math::
@@ -60,8 +61,9 @@ Python integers.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -605,8 +607,9 @@ def _sample(eps_fn, params, schedule, key, shape, sigma, return_path):
     return x0
 
 
-def sample(eps_fn: Callable, params, schedule, n_samples: int, dim: int, *, key,
-           sigma: str = "beta", return_path: bool = False):
+def sample(
+    eps_fn: Callable, params, schedule, n_samples: int, dim: int, *, key, sigma: str = "beta", return_path: bool = False
+):
     r"""Ancestral DDPM sampling (the notes' sampling algorithm, Ho et al. Algorithm 2):
 
     :math:`x_T \sim \mathcal{N}(0, I)`, then for :math:`t = T, \dots, 1`
@@ -652,8 +655,7 @@ def _ideal_eps_inner(data, schedule, x, t):
     return (x - jnp.sqrt(ab) * _ideal_denoiser(data, schedule, x, t)) / jnp.sqrt(1.0 - ab)
 
 
-def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta",
-                 return_path: bool = False):
+def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta", return_path: bool = False):
     r"""Ancestral sampling (:func:`sample`) with the closed-form :func:`ideal_epsilon`.
 
     This is exact DDPM sampling of the model whose noise predictor is the
@@ -674,5 +676,6 @@ def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta",
       ``(n_samples, d)`` samples (and the path if asked).
     """
     data = _validate.points("data", data)
-    return sample(_ideal_eps_inner, data, schedule, n_samples, data.shape[1], key=key,
-                  sigma=sigma, return_path=return_path)
+    return sample(
+        _ideal_eps_inner, data, schedule, n_samples, data.shape[1], key=key, sigma=sigma, return_path=return_path
+    )

@@ -184,7 +184,9 @@ def _check_tokens(name: str, tokens, n_vocab: int, ndim: int = 1) -> Array:
     if not jnp.issubdtype(tokens.dtype, jnp.integer):
         raise ValueError(f"{name} must hold integer token ids; got dtype {tokens.dtype}")
     if _validate.is_concrete(tokens) and tokens.size and (int(tokens.min()) < 0 or int(tokens.max()) >= n_vocab):
-        raise ValueError(f"{name} must hold token ids in 0..{n_vocab - 1}; got {int(tokens.min())}..{int(tokens.max())}")
+        raise ValueError(
+            f"{name} must hold token ids in 0..{n_vocab - 1}; got {int(tokens.min())}..{int(tokens.max())}"
+        )
     return tokens
 
 
@@ -212,8 +214,9 @@ def init_params(n_vocab: int, dim: int, *, key: Array, scale: float = 0.1, dtype
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {dtype}")
     ku, kv = jax.random.split(key)
-    return Params(scale * core.random_normal(ku, (n_vocab, dim), dtype),
-                  scale * core.random_normal(kv, (n_vocab, dim), dtype))
+    return Params(
+        scale * core.random_normal(ku, (n_vocab, dim), dtype), scale * core.random_normal(kv, (n_vocab, dim), dtype)
+    )
 
 
 def scores(params: Params) -> Array:
@@ -341,8 +344,9 @@ def _ns_score_grad(S: Array, counts: Array, noise: Array, k) -> Array:
 
 
 def _ns_loss(S, counts, noise, k):
-    return (jnp.sum(counts * jax.nn.softplus(-S))
-            + k * jnp.sum(counts.sum(axis=1, keepdims=True) * noise[None, :] * jax.nn.softplus(S)))
+    return jnp.sum(counts * jax.nn.softplus(-S)) + k * jnp.sum(
+        counts.sum(axis=1, keepdims=True) * noise[None, :] * jax.nn.softplus(S)
+    )
 
 
 def negative_sampling_loss(params: Params, counts, noise, k: int = 5) -> Array:
@@ -422,13 +426,16 @@ def sampled_negative_sampling_loss(params: Params, centres, contexts, negatives)
     contexts = _check_tokens("contexts", contexts, n)
     negatives = _check_tokens("negatives", negatives, n, ndim=2)
     if contexts.shape != centres.shape or negatives.shape[0] != centres.shape[0]:
-        raise ValueError(f"centres {centres.shape}, contexts {contexts.shape} and negatives {negatives.shape} "
-                         "must share their first dimension (B,)")
+        raise ValueError(
+            f"centres {centres.shape}, contexts {contexts.shape} and negatives {negatives.shape} "
+            "must share their first dimension (B,)"
+        )
     return _sampled_ns(U, V, centres, contexts, negatives)
 
 
 def pmi(counts) -> Array:
-    r"""Pointwise mutual information :math:`\ln \frac{N_{co} N}{N_c N_o}` of the pair counts (``-inf`` where :math:`N_{co} = 0`).
+    r"""Pointwise mutual information :math:`\ln \frac{N_{co} N}{N_c N_o}` of the pair counts (``-inf`` where
+    :math:`N_{co} = 0`).
 
     :math:`N_c` are row sums, :math:`N_o` column sums and :math:`N` the total.
 
@@ -438,8 +445,12 @@ def pmi(counts) -> Array:
     counts = jnp.asarray(counts)
     counts = _check_counts(counts, counts.shape[0] if counts.ndim == 2 else -1, _float_of(counts))
     total = counts.sum()
-    return (jnp.log(counts) + jnp.log(total) - jnp.log(counts.sum(axis=1, keepdims=True))
-            - jnp.log(counts.sum(axis=0, keepdims=True)))
+    return (
+        jnp.log(counts)
+        + jnp.log(total)
+        - jnp.log(counts.sum(axis=1, keepdims=True))
+        - jnp.log(counts.sum(axis=0, keepdims=True))
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -650,8 +661,19 @@ def _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objectiv
     return p, s, values
 
 
-def fit(params: Params, counts, *, optimizer: Any, n_steps: int, objective: str = "softmax", k: int = 5,
-        noise=None, batch_size: int | None = None, key: Array | None = None, opt_state=None) -> core.FitResult:
+def fit(
+    params: Params,
+    counts,
+    *,
+    optimizer: Any,
+    n_steps: int,
+    objective: str = "softmax",
+    k: int = 5,
+    noise=None,
+    batch_size: int | None = None,
+    key: Array | None = None,
+    opt_state=None,
+) -> core.FitResult:
     r"""Train the embeddings on co-occurrence counts (§20) with an optax optimizer.
 
     The objective, divided by the number of pairs :math:`N = \sum N_{co}`, is

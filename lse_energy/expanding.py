@@ -55,6 +55,7 @@ def _check_positive(name, x):
         if not np.all(np.isfinite(a)) or not np.all(a > 0):
             raise ValueError(f"{name} must be finite and > 0; got {x!r}")
 
+
 def _check_q(q):
     q = _validate.float_array("q", q)
     if _validate.is_concrete(q):
@@ -241,8 +242,20 @@ def _auto_start(alpha0, beta0, eps, n):
     return min(n, 1 << max(5, (2 * max(h0, 1) - 1).bit_length()))
 
 
-def attend(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3,
-                        max_steps: int = 100, scale=None, mask=None, max_window=None) -> Result:
+def attend(
+    q,
+    k,
+    v,
+    *,
+    alpha0=1.0,
+    beta0=1.0,
+    eps: float = 1e-2,
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    scale=None,
+    mask=None,
+    max_window=None,
+) -> Result:
     r"""Expanding attention: geometric prior over the attended distance, Beta hyper-prior.
 
     Keys are ordered by distance from the query: ``k[..., i, :]`` is the key
@@ -324,14 +337,20 @@ def attend(q, k, v, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e
     if max_window is None:
         return _expanding(q, k, v, a0, b0, mask, **kw)
     if max_window != "auto":
-        return _expanding_trunc(q, k, v, a0, b0, mask, _nothing_spent(q.shape[:-1], q.dtype), cap=max_window,
-                                stop_on_overflow=False, **kw)
+        return _expanding_trunc(
+            q, k, v, a0, b0, mask, _nothing_spent(q.shape[:-1], q.dtype), cap=max_window, stop_on_overflow=False, **kw
+        )
     if not _validate.is_concrete(q, k, v, a0, b0):
-        raise ValueError('max_window="auto" needs concrete inputs (it chooses the cap on the host); '
-                         "under jit pass an integer cap or None")
-    return _auto_cap(lambda cap, stop, spent: _expanding_trunc(q, k, v, a0, b0, mask, spent, cap=cap,
-                                                               stop_on_overflow=stop, **kw),
-                     _auto_start(alpha0, beta0, eps, n), n, _nothing_spent(q.shape[:-1], q.dtype))
+        raise ValueError(
+            'max_window="auto" needs concrete inputs (it chooses the cap on the host); '
+            "under jit pass an integer cap or None"
+        )
+    return _auto_cap(
+        lambda cap, stop, spent: _expanding_trunc(q, k, v, a0, b0, mask, spent, cap=cap, stop_on_overflow=stop, **kw),
+        _auto_start(alpha0, beta0, eps, n),
+        n,
+        _nothing_spent(q.shape[:-1], q.dtype),
+    )
 
 
 def _nothing_spent(batch, dtype):
@@ -390,18 +409,26 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, st
 
     def step(carry):
         a, b, done, t, hmax, hsum, over = carry
-        qt = a / (a + b)                                    # 1.
+        qt = a / (a + b)  # 1.
         h, o = window(qt)
-        a1, b1 = a + 1.0, b + mean_distance(qt, h)          # 2. and 3.
+        a1, b1 = a + 1.0, b + mean_distance(qt, h)  # 2. and 3.
         conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
         live = ~done
         a = jnp.where(live, a1, a)
         b = jnp.where(live, b1, b)
-        return (a, b, done | conv, t + live, jnp.where(live, jnp.maximum(hmax, h), hmax),
-                hsum + jnp.where(live, h, 0), over | (live & o))
+        return (
+            a,
+            b,
+            done | conv,
+            t + live,
+            jnp.where(live, jnp.maximum(hmax, h), hmax),
+            hsum + jnp.where(live, h, 0),
+            over | (live & o),
+        )
 
     init = (a, b, false, zeros_i, zeros_i, zeros_i, false)
     if loop == "scan":
+
         def scan_step(carry, _):
             carry = step(carry)
             return carry, carry[0] / (carry[0] + carry[1])
@@ -432,9 +459,21 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, st
     hmax = jnp.maximum(hmax, h)
     out = jnp.einsum("...n,...ne->...e", p, v)
     d_ops = hsum + h + dv * h
-    return Result(output=out, window=h, iterations=t, ops=d_ops.astype(sims.dtype), converged=done,
-                           q=qT, alpha=a, beta=b, weights=p, q_trace=trace, max_window=hmax,
-                           dots=jnp.full(batch, m, jnp.int32), overflow=over)
+    return Result(
+        output=out,
+        window=h,
+        iterations=t,
+        ops=d_ops.astype(sims.dtype),
+        converged=done,
+        q=qT,
+        alpha=a,
+        beta=b,
+        weights=p,
+        q_trace=trace,
+        max_window=hmax,
+        dots=jnp.full(batch, m, jnp.int32),
+        overflow=over,
+    )
 
 
 def _add_dot_ops(res, d):
@@ -452,17 +491,41 @@ def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_steps, scale):
 @partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
 def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overflow, eps, tol, max_steps, scale):
     n, d = k.shape[-2], k.shape[-1]
-    return _trunc_core(q, k[..., :cap, :], v[..., :cap, :], alpha0, beta0,
-                       None if mask is None else mask[..., :cap], n, d, spent, stop_on_overflow=stop_on_overflow,
-                       eps=eps, tol=tol, max_steps=max_steps, scale=scale)
+    return _trunc_core(
+        q,
+        k[..., :cap, :],
+        v[..., :cap, :],
+        alpha0,
+        beta0,
+        None if mask is None else mask[..., :cap],
+        n,
+        d,
+        spent,
+        stop_on_overflow=stop_on_overflow,
+        eps=eps,
+        tol=tol,
+        max_steps=max_steps,
+        scale=scale,
+    )
 
 
 def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflow, eps, tol, max_steps, scale):
     # kc, vc: the first cap keys/values; spent = (ops, dots) of failed attempts (max_window="auto"), added
     # here. Nothing of length n is touched: the weights stay (..., cap).
     sims = scale * jnp.einsum("...d,...nd->...n", q, kc)  # only the first cap dot products
-    res = _meanfield(sims, vc, alpha0, beta0, maskc, n, eps=eps, tol=tol, max_steps=max_steps, loop="while",
-                     stop_on_overflow=stop_on_overflow)
+    res = _meanfield(
+        sims,
+        vc,
+        alpha0,
+        beta0,
+        maskc,
+        n,
+        eps=eps,
+        tol=tol,
+        max_steps=max_steps,
+        loop="while",
+        stop_on_overflow=stop_on_overflow,
+    )
     res = _add_dot_ops(res, d)
     return res._replace(ops=res.ops + spent[0], dots=res.dots + spent[1])
 
@@ -487,8 +550,17 @@ class Params(NamedTuple):
     wv: Array  #: :math:`W_V`
 
 
-def attention(params: Params, x, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3,
-              max_steps: int = 100, max_window=None) -> Result:
+def attention(
+    params: Params,
+    x,
+    *,
+    alpha0=1.0,
+    beta0=1.0,
+    eps: float = 1e-2,
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    max_window=None,
+) -> Result:
     r"""Expanding attention of the last token of ``x: (B, N, d)`` over the ``N - 1`` tokens before it.
 
     The query :math:`W_Q x_N` attends to the earlier tokens in distance
@@ -517,14 +589,20 @@ def attention(params: Params, x, *, alpha0=1.0, beta0=1.0, eps: float = 1e-2, to
     if mw is None:
         return _attention_dense(params, x, a0, b0, **kw)
     if mw != "auto":
-        return _attention_trunc(params, x, a0, b0, _nothing_spent(x.shape[:1], x.dtype), cap=mw,
-                                stop_on_overflow=False, **kw)
+        return _attention_trunc(
+            params, x, a0, b0, _nothing_spent(x.shape[:1], x.dtype), cap=mw, stop_on_overflow=False, **kw
+        )
     if not _validate.is_concrete(x, a0, b0, *params):
-        raise ValueError('max_window="auto" needs concrete inputs (it chooses the cap on the host); '
-                         "under jit pass an integer cap or None")
-    return _auto_cap(lambda cap, stop, spent: _attention_trunc(params, x, a0, b0, spent, cap=cap,
-                                                               stop_on_overflow=stop, **kw),
-                     _auto_start(alpha0, beta0, eps, n_keys), n_keys, _nothing_spent(x.shape[:1], x.dtype))
+        raise ValueError(
+            'max_window="auto" needs concrete inputs (it chooses the cap on the host); '
+            "under jit pass an integer cap or None"
+        )
+    return _auto_cap(
+        lambda cap, stop, spent: _attention_trunc(params, x, a0, b0, spent, cap=cap, stop_on_overflow=stop, **kw),
+        _auto_start(alpha0, beta0, eps, n_keys),
+        n_keys,
+        _nothing_spent(x.shape[:1], x.dtype),
+    )
 
 
 @partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
@@ -532,18 +610,33 @@ def _attention_dense(params, x, alpha0, beta0, *, eps, tol, max_steps):
     q = x[:, -1] @ params.wq.T
     ctx = x[:, -2::-1]  # keys/values in distance order: index i = token i + 1 back
     k, v = ctx @ params.wk.T, ctx @ params.wv.T
-    return _expanding(q, k, v, alpha0, beta0, None, eps=eps, tol=tol, max_steps=max_steps,
-                      scale=1.0 / math.sqrt(q.shape[-1]))
+    return _expanding(
+        q, k, v, alpha0, beta0, None, eps=eps, tol=tol, max_steps=max_steps, scale=1.0 / math.sqrt(q.shape[-1])
+    )
 
 
 @partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
 def _attention_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, eps, tol, max_steps):
     n_keys = x.shape[-2] - 1
-    ctx = x[:, n_keys - cap:n_keys][:, ::-1]  # the cap tokens nearest the query, in distance order
+    ctx = x[:, n_keys - cap : n_keys][:, ::-1]  # the cap tokens nearest the query, in distance order
     q = x[:, -1] @ params.wq.T
     k, v = ctx @ params.wk.T, ctx @ params.wv.T  # only cap keys and values are projected
-    return _trunc_core(q, k, v, alpha0, beta0, None, n_keys, q.shape[-1], spent, stop_on_overflow=stop_on_overflow,
-                       eps=eps, tol=tol, max_steps=max_steps, scale=1.0 / math.sqrt(q.shape[-1]))
+    return _trunc_core(
+        q,
+        k,
+        v,
+        alpha0,
+        beta0,
+        None,
+        n_keys,
+        q.shape[-1],
+        spent,
+        stop_on_overflow=stop_on_overflow,
+        eps=eps,
+        tol=tol,
+        max_steps=max_steps,
+        scale=1.0 / math.sqrt(q.shape[-1]),
+    )
 
 
 def self_attention_ops(n: int, d: int, d_v: int) -> int:

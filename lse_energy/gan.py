@@ -195,8 +195,10 @@ def _check_params(params) -> Params:
     if d.weights[-1].shape[1] != 1:
         raise ValueError(f"params.discriminator must output one logit; got {d.weights[-1].shape[1]} outputs")
     if g.weights[-1].shape[1] != d.weights[0].shape[0]:
-        raise ValueError(f"params.generator outputs {g.weights[-1].shape[1]} dimensions but "
-                         f"params.discriminator reads {d.weights[0].shape[0]}")
+        raise ValueError(
+            f"params.generator outputs {g.weights[-1].shape[1]} dimensions but "
+            f"params.discriminator reads {d.weights[0].shape[0]}"
+        )
     if g.weights[0].dtype != d.weights[0].dtype:
         raise ValueError("params.generator and params.discriminator must share one dtype")
     return Params(g, d)
@@ -235,7 +237,8 @@ def _check_dtype(dtype):
 
 
 def init_mlp(sizes, *, key, dtype=jnp.float64) -> MLP:
-    r"""An :class:`MLP` with layer sizes ``sizes = (n_0, ..., n_L)``: :math:`W_l \sim \mathcal N(0, 1/n_l)`, :math:`b_l = 0`.
+    r"""An :class:`MLP` with layer sizes ``sizes = (n_0, ..., n_L)``: :math:`W_l \sim \mathcal N(0, 1/n_l)`, :math:`b_l
+    = 0`.
 
     ``sizes`` has at least two positive integers; two give an affine map.
     """
@@ -253,9 +256,11 @@ def _init_mlp(key, sizes, dtype) -> MLP:
     return MLP(ws, tuple(jnp.zeros(n, dtype) for n in sizes[1:]))
 
 
-def init_params(noise_dim: int, data_dim: int, *, key, generator_hidden=(32, 32),
-                discriminator_hidden=(32, 32), dtype=jnp.float64) -> Params:
-    r""":class:`Params` of an MLP generator ``noise_dim -> hidden -> data_dim`` and discriminator ``data_dim -> hidden -> 1``.
+def init_params(
+    noise_dim: int, data_dim: int, *, key, generator_hidden=(32, 32), discriminator_hidden=(32, 32), dtype=jnp.float64
+) -> Params:
+    r""":class:`Params` of an MLP generator ``noise_dim -> hidden -> data_dim`` and discriminator
+    ``data_dim -> hidden -> 1``.
 
     ``generator_hidden=()`` gives an affine generator (known Gaussian :math:`p_g`).
     Weights as :func:`init_mlp`.
@@ -268,8 +273,10 @@ def init_params(noise_dim: int, data_dim: int, *, key, generator_hidden=(32, 32)
         for s in h:
             _validate.count(name, s, 1)
     kg, kd = jax.random.split(key)
-    return Params(init_mlp((noise_dim, *generator_hidden, data_dim), key=kg, dtype=dtype),
-                  init_mlp((data_dim, *discriminator_hidden, 1), key=kd, dtype=dtype))
+    return Params(
+        init_mlp((noise_dim, *generator_hidden, data_dim), key=kg, dtype=dtype),
+        init_mlp((data_dim, *discriminator_hidden, 1), key=kd, dtype=dtype),
+    )
 
 
 def _forward(mlp: MLP, x):
@@ -325,7 +332,8 @@ def _softplus(a):
 
 
 def logistic_loss(logits, labels) -> Array:
-    r"""Mean binary cross-entropy :math:`\frac1N\sum_n \mathcal L(\sigma(a_n), t_n)`, the notes' :math:`\mathcal L(y, t)`.
+    r"""Mean binary cross-entropy :math:`\frac1N\sum_n \mathcal L(\sigma(a_n), t_n)`, the notes' :math:`\mathcal L(y,
+    t)`.
 
     .. math::
 
@@ -441,7 +449,8 @@ def grad_generator_loss_logits(logits, generator_loss: str = "non_saturating") -
 
 
 def optimal_logit(log_p_data, log_p_g) -> Array:
-    r"""The optimal discriminator's logit :math:`a^* = \ln p_{\rm data} - \ln p_g`, so :math:`D^* = p_{\rm data}/(p_{\rm data} + p_g)`.
+    r"""The optimal discriminator's logit :math:`a^* = \ln p_{\rm data} - \ln p_g`, so :math:`D^* = p_{\rm
+    data}/(p_{\rm data} + p_g)`.
 
     Arrays of log-densities at the same points (any equal shapes).
     """
@@ -471,7 +480,8 @@ def _check_mixture(centers, std):
 
 
 def sample_mixture(centers, std: float, n_samples: int, *, key) -> Array:
-    r"""``(n_samples, d)`` draws from :math:`\frac1K\sum_k \mathcal N(\mu_k, \mathrm{std}^2 I)`, ``centers`` ``(K, d)``."""
+    r"""``(n_samples, d)`` draws from :math:`\frac1K\sum_k \mathcal N(\mu_k, \mathrm{std}^2 I)`, ``centers``
+    ``(K, d)``."""
     centers, std = _check_mixture(centers, std)
     n_samples = _validate.count("n_samples", n_samples, 1)
     return _sample_mixture(centers, std, n_samples, key)
@@ -531,10 +541,33 @@ def _mode_coverage(samples, centers, std, n_std, min_fraction) -> Coverage:
 # ---------------------------------------------------------------------------
 
 
-@partial(jax.jit, static_argnames=("d_optimizer", "g_optimizer", "n_steps", "batch_size", "d_steps",
-                                   "kind", "train_generator", "report_every"))
-def _fit(params, data, key, opt_state, d_optimizer, g_optimizer, n_steps, batch_size, d_steps, kind,
-         train_generator, report_every):
+@partial(
+    jax.jit,
+    static_argnames=(
+        "d_optimizer",
+        "g_optimizer",
+        "n_steps",
+        "batch_size",
+        "d_steps",
+        "kind",
+        "train_generator",
+        "report_every",
+    ),
+)
+def _fit(
+    params,
+    data,
+    key,
+    opt_state,
+    d_optimizer,
+    g_optimizer,
+    n_steps,
+    batch_size,
+    d_steps,
+    kind,
+    train_generator,
+    report_every,
+):
     noise_dim = params.generator.weights[0].shape[0]
     dtype = data.dtype
 
@@ -565,13 +598,26 @@ def _fit(params, data, key, opt_state, d_optimizer, g_optimizer, n_steps, batch_
         return (p, (ds, gs)), (d_losses[-1], g_val, g_norm, d_fake)
 
     (p, opt_state), (d_trace, g_trace, n_trace, f_trace) = jax.lax.scan(
-        step, (params, opt_state), (jnp.arange(n_steps), jax.random.split(key, n_steps)))
+        step, (params, opt_state), (jnp.arange(n_steps), jax.random.split(key, n_steps))
+    )
     return p, d_trace, FitExtras(g_trace, opt_state, n_trace, f_trace)
 
 
-def fit(params: Params, data, *, key, d_optimizer, g_optimizer, n_steps: int, batch_size: int = 128,
-        d_steps: int = 1, generator_loss: str = "non_saturating", train_generator: bool = True,
-        opt_state=None, progress: bool = False) -> core.FitResult:
+def fit(
+    params: Params,
+    data,
+    *,
+    key,
+    d_optimizer,
+    g_optimizer,
+    n_steps: int,
+    batch_size: int = 128,
+    d_steps: int = 1,
+    generator_loss: str = "non_saturating",
+    train_generator: bool = True,
+    opt_state=None,
+    progress: bool = False,
+) -> core.FitResult:
     r"""Alternating GAN training, §30 of the lecture notes.
 
     Each of ``n_steps`` steps takes ``d_steps`` discriminator steps, each on a
@@ -624,9 +670,22 @@ def fit(params: Params, data, *, key, d_optimizer, g_optimizer, n_steps: int, ba
     if opt_state is None:
         opt_state = (d_optimizer.init(params.discriminator), g_optimizer.init(params.generator))
     with _progress.bar(progress, n_steps, "GAN steps") as every:
-        p, d_trace, extras = jax.block_until_ready(_fit(params, data, key, opt_state, d_optimizer, g_optimizer,
-                                                        n_steps, batch_size, d_steps, kind,
-                                                        bool(train_generator), every))
+        p, d_trace, extras = jax.block_until_ready(
+            _fit(
+                params,
+                data,
+                key,
+                opt_state,
+                d_optimizer,
+                g_optimizer,
+                n_steps,
+                batch_size,
+                d_steps,
+                kind,
+                bool(train_generator),
+                every,
+            )
+        )
     out = core.FitResult(p, d_trace, n_steps, None, extras)
     _validate.require_finite("gan.fit", out, steps=d_trace, hint="lower the optimizers' learning rates")
     return out

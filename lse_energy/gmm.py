@@ -43,8 +43,8 @@ than being cast silently. Cast integer data yourself (``x.astype(float)``).
 from __future__ import annotations
 
 import math
-from functools import partial
 import operator
+from functools import partial
 from typing import NamedTuple
 
 import jax
@@ -178,10 +178,7 @@ def _cholesky(covariances: Array) -> Array:
     return jnp.linalg.cholesky(covariances)
 
 
-_tri_solve = jax.vmap(
-    lambda L, b, trans: solve_triangular(L, b, lower=True, trans=trans),
-    in_axes=(0, 0, None),
-)
+_tri_solve = jax.vmap(lambda L, b, trans: solve_triangular(L, b, lower=True, trans=trans), in_axes=(0, 0, None))
 
 
 def _whitened(params: Params, x: Array):
@@ -491,7 +488,7 @@ def _packed_pairs(d: int):
 def _features(x: Array) -> Array:
     """``(C, d) -> (C, 1 + d + d(d+1)/2)``: ``[1, x, x_a x_b for a <= b]`` (row-major upper triangle)."""
     d = x.shape[1]
-    quad = [x[:, a:a + 1] * x[:, a:] for a in range(d)]
+    quad = [x[:, a : a + 1] * x[:, a:] for a in range(d)]
     return jnp.concatenate([jnp.ones_like(x[:, :1]), x, *quad], axis=1)
 
 
@@ -505,8 +502,7 @@ def _sim_coefficients(params: Params, shift: Array) -> Array:
     mu = params.means - shift[None, :]
     Pmu = jnp.einsum("kab,kb->ka", P, mu)
     logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
-    const = (jnp.log(params.weights) - 0.5 * (d * math.log(2.0 * math.pi) + logdet)
-             - 0.5 * jnp.sum(mu * Pmu, axis=1))
+    const = jnp.log(params.weights) - 0.5 * (d * math.log(2.0 * math.pi) + logdet) - 0.5 * jnp.sum(mu * Pmu, axis=1)
     rows, cols, _ = _packed_pairs(d)
     scale = jnp.asarray(np.where(rows == cols, -0.5, -1.0), P.dtype)  # keep the input's dtype
     quad = P[:, rows, cols] * scale[None, :]  # (K, d(d+1)/2)
@@ -518,7 +514,8 @@ def _chunk_stats(A: Array, xc: Array, shift: Array, valid=None):
     f = _features(xc - shift[None, :])
     s = f @ A  # (C, K) sim
     # Log-sum-exp by hand: one exp pass gives both ln sum exp and the responsibilities (core.energy and
-    # core.weights would each exponentiate the (N, K) block; this is the EM hot loop, see the performance chapter's benchmark).
+    # core.weights would each exponentiate the (N, K) block; this is the EM hot loop, see the performance chapter's
+    # benchmark).
     m = jax.lax.stop_gradient(jnp.max(s, axis=1, keepdims=True))
     e = jnp.exp(s - m)
     tot = jnp.sum(e, axis=1, keepdims=True)
@@ -541,6 +538,7 @@ def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUN
     ll = jnp.zeros((), x.dtype) + zero
     R = jnp.zeros((K, F), x.dtype) + zero
     if n_full > 0:
+
         def body(i, carry):
             ll, R = carry
             xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
@@ -550,7 +548,7 @@ def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUN
 
         ll, R = jax.lax.fori_loop(0, n_full, body, (ll, R))
     if N % chunk:
-        l, Rc = _chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])
+        l, Rc = _chunk_stats(A, x[n_full * chunk :], shift, None if valid is None else valid[n_full * chunk :])
         ll, R = ll + l, R + Rc
     return ll, R
 
@@ -559,9 +557,9 @@ def _m_step(R: Array, N, shift: Array, reg_covar) -> Params:
     """Closed-form M-step from the sufficient statistics ``R = r' f(x - shift)``."""
     d = shift.shape[0]
     Nk = R[:, 0]
-    mu = R[:, 1:1 + d] / Nk[:, None]
+    mu = R[:, 1 : 1 + d] / Nk[:, None]
     _, _, full = _packed_pairs(d)
-    second = R[:, 1 + d:][:, full] / Nk[:, None, None]  # (K, d, d) sum r x x' / N_k
+    second = R[:, 1 + d :][:, full] / Nk[:, None, None]  # (K, d, d) sum r x x' / N_k
     cov = second - mu[:, :, None] * mu[:, None, :]
     cov = 0.5 * (cov + jnp.swapaxes(cov, 1, 2)) + reg_covar * jnp.eye(d, dtype=R.dtype)
     return Params(weights=Nk / N, means=mu + shift[None, :], covariances=cov)
@@ -643,10 +641,13 @@ def _initial(means, cov) -> Params:
     try:
         np.linalg.cholesky(np.asarray(cov, np.float64))
     except np.linalg.LinAlgError:
-        raise ValueError("x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0") from None
+        raise ValueError(
+            "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
+        ) from None
     K, d = means.shape
-    return Params(jnp.full((K,), 1.0 / K, dtype=cov.dtype), jnp.asarray(means, cov.dtype),
-                  jnp.broadcast_to(cov, (K, d, d)))
+    return Params(
+        jnp.full((K,), 1.0 / K, dtype=cov.dtype), jnp.asarray(means, cov.dtype), jnp.broadcast_to(cov, (K, d, d))
+    )
 
 
 def _check_components(n_components, N: int) -> int:
@@ -696,8 +697,7 @@ def _em_loop(params: Params, stats, N, shift: Array, max_iter: int, tol, reg_cov
         tr = jnp.where(ok, tr.at[i + 1].set(-ll), tr)
         return jnp.where(ok, i + 1, i), p, R_new, tr, done, failed
 
-    n_iter, params, _, trace, done, failed = jax.lax.while_loop(
-        cond, body, (0, params, R0, trace, False, no_failure))
+    n_iter, params, _, trace, done, failed = jax.lax.while_loop(cond, body, (0, params, R0, trace, False, no_failure))
     return params, trace, n_iter, done, failed
 
 
@@ -749,8 +749,16 @@ def _check_fit_args(max_iter, tol) -> tuple[int, float]:
     return _validate.count("max_iter", max_iter, 0), _validate.nonnegative("tol", tol)
 
 
-def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6,
-        chunk_rows: int | None = None):
+def fit(
+    x,
+    n_components: int,
+    *,
+    key,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    reg_covar: float = 1e-6,
+    chunk_rows: int | None = None,
+):
     r"""Fit a :math:`K`-component mixture by EM from :func:`init_params`.
 
     The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
@@ -791,18 +799,26 @@ def fit(x, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, re
     """
     if chunk_rows is not None or _rows.is_streamed(x):
         stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
-        return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol,
-                            reg_covar=reg_covar)
+        return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar)
     x = _check_x(x)
     _check_fit_args(max_iter, tol)
     params = init_params(x, n_components, key=key, reg_covar=reg_covar)
     shift = jnp.mean(x, axis=0)
-    return em(params, _local_statistics, (x, shift), n=x.shape[0], shift=shift, max_iter=max_iter, tol=tol,
-              reg_covar=reg_covar)
+    return em(
+        params,
+        _local_statistics,
+        (x, shift),
+        n=x.shape[0],
+        shift=shift,
+        max_iter=max_iter,
+        tol=tol,
+        reg_covar=reg_covar,
+    )
 
 
-def em(params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6,
-       reg_covar: float = 1e-6):
+def em(
+    params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6
+):
     r"""EM from ``params`` with a given pass over the data; the loop of :func:`fit`.
 
     Each iteration is one call ``statistics(p, *data) -> (sum_i ln p(x_i | p), R)``
@@ -826,8 +842,16 @@ def em(params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, 
     max_iter, tol_f = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)
     shift = jnp.asarray(shift)
-    params, trace, n_iter, done, failed = _em_jit(params, statistics, tuple(data), operator.index(n), shift, max_iter,
-                                            jnp.asarray(tol_f, shift.dtype), jnp.asarray(reg, shift.dtype))
+    params, trace, n_iter, done, failed = _em_jit(
+        params,
+        statistics,
+        tuple(data),
+        operator.index(n),
+        shift,
+        max_iter,
+        jnp.asarray(tol_f, shift.dtype),
+        jnp.asarray(reg, shift.dtype),
+    )
     _raise_if_failed(failed, reg)
     n_iter = int(n_iter)
     return core.FitResult(params, trace[: n_iter + 1], n_iter, bool(done))
@@ -846,8 +870,7 @@ def _chunk_statistics(params, x, valid, shift):
     return sufficient_statistics(params, x, shift, valid)
 
 
-def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6,
-                 reg_covar: float = 1e-6):
+def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):
     r""":func:`fit` reading the rows from ``stream`` (a ``lse_energy._rows.Stream``) one chunk at a time.
 
     The initialisation of :func:`init_params` (the same rows as means; mean and

@@ -166,8 +166,19 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
     ks = jax.random.split(key, 7)
     u = partial(jax.random.uniform, dtype=dtype, minval=-s, maxval=s)
     z = jnp.zeros(H, dtype)
-    return Params(u(ks[0], (H, H)), u(ks[1], (D, H)), z, u(ks[2], (H, H)), u(ks[3], (D, H)), z,
-                  u(ks[4], (H, H)), u(ks[5], (D, H)), z, u(ks[6], (H, K)), jnp.zeros(K, dtype))
+    return Params(
+        u(ks[0], (H, H)),
+        u(ks[1], (D, H)),
+        z,
+        u(ks[2], (H, H)),
+        u(ks[3], (D, H)),
+        z,
+        u(ks[4], (H, H)),
+        u(ks[5], (D, H)),
+        z,
+        u(ks[6], (H, K)),
+        jnp.zeros(K, dtype),
+    )
 
 
 def init_min_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) -> MinParams:
@@ -179,9 +190,14 @@ def init_min_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None
     sd, sh = 1.0 / math.sqrt(D), 1.0 / math.sqrt(H)
     ks = jax.random.split(key, 3)
     z = jnp.zeros(H, dtype)
-    return MinParams(core.random_uniform(ks[0], (D, H), dtype, -sd, sd), z,
-                     core.random_uniform(ks[1], (D, H), dtype, -sd, sd), z,
-                     core.random_uniform(ks[2], (H, K), dtype, -sh, sh), jnp.zeros(K, dtype))
+    return MinParams(
+        core.random_uniform(ks[0], (D, H), dtype, -sd, sd),
+        z,
+        core.random_uniform(ks[1], (D, H), dtype, -sd, sd),
+        z,
+        core.random_uniform(ks[2], (H, K), dtype, -sh, sh),
+        jnp.zeros(K, dtype),
+    )
 
 
 def param_count(params) -> int:
@@ -201,8 +217,19 @@ def _check_params(params):
     K = params.c.shape[0] if params.c.ndim == 1 else None
     if K is None:
         raise ValueError(f"params.c must have shape (K,); got {params.c.shape}")
-    shapes = {"W": (H, H), "W_g": (H, H), "W_r": (H, H), "U": (D, H), "U_g": (D, H), "U_r": (D, H),
-              "b": (H,), "b_g": (H,), "b_r": (H,), "V": (H, K), "c": (K,)}
+    shapes = {
+        "W": (H, H),
+        "W_g": (H, H),
+        "W_r": (H, H),
+        "U": (D, H),
+        "U_g": (D, H),
+        "U_r": (D, H),
+        "b": (H,),
+        "b_g": (H,),
+        "b_r": (H,),
+        "V": (H, K),
+        "c": (K,),
+    }
     for f, a in zip(params._fields, params):
         if a.shape != shapes[f]:
             raise ValueError(f"params.{f} must have shape {shapes[f]}; got {a.shape}")
@@ -247,7 +274,8 @@ def sigmoid(a) -> Array:
 
 
 def log_sigmoid(a) -> Array:
-    r""":math:`\ln \sigma(a) = a - \mathrm{LSE}(a, 0) = -\mathrm{LSE}(0, -a)`, the log-probability of the first of two states.
+    r""":math:`\ln \sigma(a) = a - \mathrm{LSE}(a, 0) = -\mathrm{LSE}(0, -a)`, the log-probability of the first of two
+    states.
 
     Evaluated as the second form with ``jnp.logaddexp`` (a two-term LSE that
     uses ``log1p``), which keeps full relative precision for large
@@ -328,7 +356,8 @@ def min_coefficients(params: MinParams, xs) -> tuple[Array, Array]:
 
 
 def combine(first, second):
-    r"""Compose two affine maps, ``first`` then ``second``: :math:`(a_1, b_1) \circ (a_2, b_2) = (a_1 a_2, a_2 b_1 + b_2)`.
+    r"""Compose two affine maps, ``first`` then ``second``: :math:`(a_1, b_1) \circ (a_2, b_2) = (a_1 a_2, a_2 b_1 +
+    b_2)`.
 
     :math:`h \mapsto a_2 (a_1 h + b_1) + b_2`. Function composition is
     associative, which is all ``lax.associative_scan`` needs
@@ -344,8 +373,9 @@ def _check_scan(a, b, h0, names=("a", "b", "h0")):
     b = _validate.float_array(names[1], b, 1)
     h0 = _validate.float_array(names[2], h0)
     if a.shape != b.shape or a.shape[0] < 1:
-        raise ValueError(f"{names[0]} and {names[1]} must share one shape (N, ...) with N >= 1; "
-                         f"got {a.shape} and {b.shape}")
+        raise ValueError(
+            f"{names[0]} and {names[1]} must share one shape (N, ...) with N >= 1; got {a.shape} and {b.shape}"
+        )
     if h0.shape != a.shape[1:]:
         raise ValueError(f"{names[2]} must have shape {a.shape[1:]} (one step of {names[1]}); got {h0.shape}")
     return a, b, h0
@@ -402,7 +432,8 @@ def _scan_log(log_a, log_b, log_h0):
 
 
 def scan_log(log_a, log_b, log_h0) -> Array:
-    r"""Log-space scan for positive terms: :math:`\ln h_n = \mathrm{LSE}_{k=0..n}\big(\ln b_k + \sum_{j=k+1}^{n} \ln a_j\big)`.
+    r"""Log-space scan for positive terms: :math:`\ln h_n = \mathrm{LSE}_{k=0..n}\big(\ln b_k + \sum_{j=k+1}^{n} \ln
+    a_j\big)`.
 
     With :math:`b_0 = h_0`, the solution :math:`h_n = \sum_{k=0}^{n} b_k
     \prod_{j=k+1}^{n} a_j` of :math:`h_n = a_n h_{n-1} + b_n` is a sum of
@@ -432,8 +463,9 @@ def scan_log(log_a, log_b, log_h0) -> Array:
         if _validate.is_concrete(v) and bool(jnp.any(jnp.isnan(v) | (v == jnp.inf))):
             raise ValueError(f"{name} must be finite or -inf (the log of a value >= 0)")
     if log_b.shape != log_a.shape or log_h0.shape != log_a.shape[1:]:
-        raise ValueError(f"log_b must have shape {log_a.shape} and log_h0 {log_a.shape[1:]}; "
-                         f"got {log_b.shape} and {log_h0.shape}")
+        raise ValueError(
+            f"log_b must have shape {log_a.shape} and log_h0 {log_a.shape[1:]}; got {log_b.shape} and {log_h0.shape}"
+        )
     return _scan_log(log_a, log_b, log_h0)
 
 
@@ -479,7 +511,8 @@ def _scan_cumprod(a, b, h0):
 
 
 def scan_cumprod(a, b, h0) -> Array:
-    r"""The naive closed form :math:`h_n = P_n \big(h_0 + \sum_{k \le n} b_k / P_k\big)`, :math:`P_n = \prod_{j \le n} a_j`.
+    r"""The naive closed form :math:`h_n = P_n \big(h_0 + \sum_{k \le n} b_k / P_k\big)`, :math:`P_n = \prod_{j \le n}
+    a_j`.
 
     Algebraically the same states, parallel (two cumulative scans), but
     :math:`P_n` underflows to 0 once :math:`\sum_j \ln a_j < -745` (float64),
@@ -639,8 +672,20 @@ def _fit(params, opt_state, x, y, x_eval, y_eval, key, optimizer, n_epochs, batc
     return p, s, losses, tr, ev
 
 
-def fit(params, x, y, *, key, optimizer, n_epochs: int, batch_size: int, x_eval=None, y_eval=None,
-        method: str = "parallel", opt_state=None) -> core.FitResult:
+def fit(
+    params,
+    x,
+    y,
+    *,
+    key,
+    optimizer,
+    n_epochs: int,
+    batch_size: int,
+    x_eval=None,
+    y_eval=None,
+    method: str = "parallel",
+    opt_state=None,
+) -> core.FitResult:
     r"""Train a GRU or minGRU classifier (by the type of ``params``) by minibatch descent on :func:`loss`.
 
     Each epoch shuffles with ``key`` and drops a last partial batch; each
@@ -683,8 +728,7 @@ def fit(params, x, y, *, key, optimizer, n_epochs: int, batch_size: int, x_eval=
         raise ValueError(f"method must be 'sequential' or 'parallel' for training; got {method!r}")
     if opt_state is None:
         opt_state = optimizer.init(params)
-    p, s, losses, tr, ev = _fit(params, opt_state, x, y, x_eval, y_eval, key, optimizer, n_epochs,
-                                batch_size, method)
+    p, s, losses, tr, ev = _fit(params, opt_state, x, y, x_eval, y_eval, key, optimizer, n_epochs, batch_size, method)
     out = core.FitResult(p, losses, n_epochs, None, FitExtras(s, tr, ev))
     _validate.require_finite("gru.fit", out, steps=losses, hint="lower the optimizer's learning rate")
     return out

@@ -220,7 +220,8 @@ def regularised_energy(memories, queries, *, beta=1.0) -> Array:
 
 
 def grad_queries_regularised(memories, queries, *, beta=1.0) -> Array:
-    r""":math:`\partial E^{\mathrm{reg}}_\beta / \partial x_i = x_i - \sum_\mu \mathrm{softmax}_\mu(\beta x_i^\top m_\mu)\, m_\mu`.
+    r""":math:`\partial E^{\mathrm{reg}}_\beta / \partial x_i = x_i - \sum_\mu \mathrm{softmax}_\mu(\beta x_i^\top
+    m_\mu)\, m_\mu`.
 
     Eq. (10) plus the gradient :math:`x_i` of the node potential. Hence
     :func:`update` is ``queries - grad_queries_regularised(...)``: a gradient
@@ -273,7 +274,8 @@ def cccp_surrogate(memories, queries, anchor, *, beta=1.0) -> Array:
 
 
 def _update(memories, queries, beta):
-    """``softmax(beta x m') m`` with :func:`lse_energy.core.softmax_average` (normalised after ``@ m``, query blocks)."""
+    """``softmax(beta x m') m`` with :func:`lse_energy.core.softmax_average` (normalised after ``@ m``, query
+    blocks)."""
     return core.softmax_average(queries, memories, memories, beta)
 
 

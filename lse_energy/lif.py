@@ -56,8 +56,11 @@ class Run(NamedTuple):
 
 
 def _constants(tau_rc, tau_ref, threshold):
-    return (_validate.positive("tau_rc", tau_rc), _validate.nonnegative("tau_ref", tau_ref),
-            _validate.positive("threshold", threshold))
+    return (
+        _validate.positive("tau_rc", tau_rc),
+        _validate.nonnegative("tau_ref", tau_ref),
+        _validate.positive("threshold", threshold),
+    )
 
 
 def rate(currents, *, tau_rc: float = 0.02, tau_ref: float = 0.002, threshold: float = 1.0) -> Array:
@@ -89,8 +92,7 @@ def _steps(tau_rc, tau_ref, dt):
     return dt, round(tau_ref / dt)
 
 
-def euler_rate(currents, *, dt: float, tau_rc: float = 0.02, tau_ref: float = 0.002,
-               threshold: float = 1.0) -> Array:
+def euler_rate(currents, *, dt: float, tau_rc: float = 0.02, tau_ref: float = 0.002, threshold: float = 1.0) -> Array:
     r"""The exact steady rate of :func:`simulate`: :math:`1/((n_{ref} + k_E)\Delta t)`, 0 at or below threshold.
 
     :math:`k_E = \lceil \ln(1 - J_{th}/J)/\ln(1 - \Delta t/\tau_{RC})\rceil` is the number of
@@ -122,8 +124,9 @@ def _simulate(j, h, threshold, n_steps, n_ref):
     return vs, spikes
 
 
-def simulate(currents, *, dt: float, n_steps: int, tau_rc: float = 0.02, tau_ref: float = 0.002,
-             threshold: float = 1.0) -> Run:
+def simulate(
+    currents, *, dt: float, n_steps: int, tau_rc: float = 0.02, tau_ref: float = 0.002, threshold: float = 1.0
+) -> Run:
     r"""Euler simulation of ``N`` LIF neurons with constant input currents, from rest (§28).
 
     Each step: a neuron in its refractory period stays at 0 and counts down; otherwise

@@ -150,8 +150,9 @@ def init_params(
     if not (np.isfinite(bias_scale) and bias_scale >= 0):
         raise ValueError(f"bias_scale must be finite and >= 0; got {bias_scale!r}")
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    return _init_params(key, int(latent_dim), int(hidden_dim), int(out_dim), input_scale, output_scale,
-                        bias_scale, dtype)
+    return _init_params(
+        key, int(latent_dim), int(hidden_dim), int(out_dim), input_scale, output_scale, bias_scale, dtype
+    )
 
 
 @partial(jax.jit, static_argnums=(1, 2, 3, 7))
@@ -453,8 +454,7 @@ def _infer_jit(params, x, mu0, step_size, n_steps, auto_step):
     return Inference(mu=mu, energy=trace, step_size=eta)
 
 
-def infer(params: Params, x, mu0, *, n_steps: int, step_size: float | None = None
-                  ) -> Inference:
+def infer(params: Params, x, mu0, *, n_steps: int, step_size: float | None = None) -> Inference:
     r"""Inference of the latent causes by gradient descent on eq. (18).
 
     .. math:: \mu_k \leftarrow \mu_k - \eta\, \frac{\partial E^{\mathrm{PC}}}{\partial \mu_k}
@@ -479,8 +479,9 @@ def infer(params: Params, x, mu0, *, n_steps: int, step_size: float | None = Non
     params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     n_steps = _validate.count("n_steps", n_steps, 1)
     step_size = _validate.positive("step_size", step_size, allow_none=True)
-    return _infer_jit(params, x, mu0, jnp.asarray(1.0 if step_size is None else step_size, x.dtype),
-                      n_steps, step_size is None)
+    return _infer_jit(
+        params, x, mu0, jnp.asarray(1.0 if step_size is None else step_size, x.dtype), n_steps, step_size is None
+    )
 
 
 class FitExtras(NamedTuple):
@@ -497,10 +498,8 @@ class FitExtras(NamedTuple):
     learn_energy: Array
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_rounds", "infer_steps", "learn_steps", "auto_step",
-                                   "report_every"))
-def _fit_jit(params, x, mu0, step_size, optimizer, n_rounds, infer_steps, learn_steps, auto_step,
-             report_every=0):
+@partial(jax.jit, static_argnames=("optimizer", "n_rounds", "infer_steps", "learn_steps", "auto_step", "report_every"))
+def _fit_jit(params, x, mu0, step_size, optimizer, n_rounds, infer_steps, learn_steps, auto_step, report_every=0):
     def learn(carry, _):
         p, state, mu = carry
         g = _grad_params(p, x, mu)
@@ -579,12 +578,16 @@ def fit(
     step_size = _validate.positive("step_size", step_size, allow_none=True)
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
     with _progress.bar(progress, n_rounds, "predictive-coding mixture fit (rounds)") as every:
-        p, energies, extras = jax.block_until_ready(_fit_jit(params, x, mu0, eta, optimizer, n_rounds,
-                                                             infer_steps, learn_steps, step_size is None,
-                                                             every))
+        p, energies, extras = jax.block_until_ready(
+            _fit_jit(params, x, mu0, eta, optimizer, n_rounds, infer_steps, learn_steps, step_size is None, every)
+        )
     out = core.FitResult(p, energies, n_rounds, None, extras)
-    _validate.require_finite("mixture_pc.fit", out, steps=out.extras.learn_energy,
-                        hint="lower the optimizer's learning rate or step_size (None picks a safe one)")
+    _validate.require_finite(
+        "mixture_pc.fit",
+        out,
+        steps=out.extras.learn_energy,
+        hint="lower the optimizer's learning rate or step_size (None picks a safe one)",
+    )
     return out
 
 
@@ -604,8 +607,17 @@ class Data(NamedTuple):
     z: Array
 
 
-def sample(teacher: Params, num_clusters: int, points_per_cluster: int, *, key: Array, centre_scale: float = 2.0,
-           latent_noise: float = 0.1, obs_noise: float = 0.1, latent_centres=None) -> Data:
+def sample(
+    teacher: Params,
+    num_clusters: int,
+    points_per_cluster: int,
+    *,
+    key: Array,
+    centre_scale: float = 2.0,
+    latent_noise: float = 0.1,
+    obs_noise: float = 0.1,
+    latent_centres=None,
+) -> Data:
     r"""Sample data from a few latent causes through a teacher network.
 
     .. math:: c_k \sim \mathcal{N}(0, s_c^2 I_m), \quad
@@ -640,9 +652,7 @@ def sample(teacher: Params, num_clusters: int, points_per_cluster: int, *, key: 
     if latent_centres is not None:
         latent_centres = _validate.matrix("latent_centres", latent_centres, m, "m = teacher.W1.shape[1]")
         if latent_centres.shape[0] != K:
-            raise ValueError(
-                f"latent_centres must have num_clusters = {K} rows; got shape {latent_centres.shape}"
-            )
+            raise ValueError(f"latent_centres must have num_clusters = {K} rows; got shape {latent_centres.shape}")
     return _sample(teacher, K, n, key, centre_scale, latent_noise, obs_noise, latent_centres)
 
 

@@ -30,14 +30,7 @@ from lse_energy import _validate, core
 
 Array = jax.Array
 
-__all__ = [
-    "VARIANTS",
-    "Params",
-    "hop_matrix",
-    "attend",
-    "attention",
-    "grad_logits",
-]
+__all__ = ["VARIANTS", "Params", "hop_matrix", "attend", "attention", "grad_logits"]
 
 VARIANTS = ("paper", "code")
 

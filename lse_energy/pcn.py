@@ -96,8 +96,7 @@ def _check_params(params) -> Params:
     m = jnp.asarray(params.prior_mean)
     if len(Ws) < 1 or len(Ws) != len(bs):
         raise ValueError(
-            f"params must hold L - 1 >= 1 weights and as many biases; got {len(Ws)} weights "
-            f"and {len(bs)} biases"
+            f"params must hold L - 1 >= 1 weights and as many biases; got {len(Ws)} weights and {len(bs)} biases"
         )
     if m.ndim != 1:
         raise ValueError(f"params.prior_mean must have shape (n_1,); got {m.shape}")
@@ -109,9 +108,11 @@ def _check_params(params) -> Params:
                 f"params.biases[{l - 1}] shape (n_{l + 1},); got {W.shape} and {b.shape}"
             )
         n = W.shape[0]
-    for name, a in [("prior_mean", m)] + [(f"weights[{i}]", W) for i, W in enumerate(Ws)] + [
-        (f"biases[{i}]", b) for i, b in enumerate(bs)
-    ]:
+    for name, a in (
+        [("prior_mean", m)]
+        + [(f"weights[{i}]", W) for i, W in enumerate(Ws)]
+        + [(f"biases[{i}]", b) for i, b in enumerate(bs)]
+    ):
         _validate.float_array(f"params.{name}", a)
     return Params(weights=Ws, biases=bs, prior_mean=m)
 
@@ -126,9 +127,7 @@ def _check_values(xs, sizes, name="xs") -> tuple:
     batch = xs[0].shape[:-1] if xs[0].ndim >= 1 else None
     for l, (x, n) in enumerate(zip(xs, sizes), start=1):
         if x.ndim < 1 or x.shape[-1] != n or x.shape[:-1] != batch:
-            raise ValueError(
-                f"{name}[{l - 1}] (layer {l}) must have shape {batch} + ({n},); got {x.shape}"
-            )
+            raise ValueError(f"{name}[{l - 1}] (layer {l}) must have shape {batch} + ({n},); got {x.shape}")
         _validate.float_array(f"{name}[{l - 1}]", x)
     return xs
 
@@ -144,8 +143,7 @@ def _check_precisions(precisions, L, dtype) -> Array:
         v = np.asarray(p)
         if not (np.all(np.isfinite(v)) and v[0] >= 0 and np.all(v[1:] > 0)):
             raise ValueError(
-                "precisions must be finite with precisions[0] >= 0 (root prior) and "
-                f"precisions[1:] > 0; got {v}"
+                f"precisions must be finite with precisions[0] >= 0 (root prior) and precisions[1:] > 0; got {v}"
             )
     return p
 
@@ -290,8 +288,7 @@ def _sims(params, xs, prec):
     """(..., L) similarities -1/2 pi_l ||x^l - mu^l||^2 of each layer to its one parent."""
     mus = (params.prior_mean,) + _predictions(params, xs)
     return jnp.stack(
-        [-0.5 * prec[l] * jnp.sum((x - mu) ** 2, axis=-1) for l, (x, mu) in enumerate(zip(xs, mus))],
-        axis=-1,
+        [-0.5 * prec[l] * jnp.sum((x - mu) ** 2, axis=-1) for l, (x, mu) in enumerate(zip(xs, mus))], axis=-1
     )
 
 
@@ -407,9 +404,7 @@ def grad_x(params: Params, xs, precisions=None) -> tuple:
 def _grad_params(params, xs, prec):
     eps = _errors(params, xs, prec)
     batch = "".join("abcdefgh"[: xs[0].ndim - 1])
-    gW = tuple(
-        -jnp.einsum(f"{batch}i,{batch}j->ij", eps[l + 1], jnp.tanh(xs[l])) for l in range(len(xs) - 1)
-    )
+    gW = tuple(-jnp.einsum(f"{batch}i,{batch}j->ij", eps[l + 1], jnp.tanh(xs[l])) for l in range(len(xs) - 1))
     gb = tuple(-jnp.sum(eps[l + 1].reshape(-1, eps[l + 1].shape[-1]), axis=0) for l in range(len(xs) - 1))
     gm = -jnp.sum(eps[0].reshape(-1, eps[0].shape[-1]), axis=0)
     return Params(weights=gW, biases=gb, prior_mean=gm)
@@ -486,15 +481,16 @@ def _infer_jit(params, xs, prec, eta, clamp, n_steps):
 
 
 def _check_clamp(clamp, L) -> tuple:
-    if not isinstance(clamp, (tuple, list)) or len(clamp) != L or not all(
-        isinstance(c, (bool, np.bool_)) for c in clamp
+    if (
+        not isinstance(clamp, (tuple, list))
+        or len(clamp) != L
+        or not all(isinstance(c, (bool, np.bool_)) for c in clamp)
     ):
         raise ValueError(f"clamp must be a tuple of L = {L} booleans (True = clamped); got {clamp!r}")
     return tuple(bool(c) for c in clamp)
 
 
-def infer(params: Params, xs0, precisions=None, *, clamp, n_steps: int,
-              step_size: float = 0.1) -> Inference:
+def infer(params: Params, xs0, precisions=None, *, clamp, n_steps: int, step_size: float = 0.1) -> Inference:
     r"""Inference: gradient descent on :math:`F` in the free value nodes (§29.1.4).
 
     .. math:: x^l \leftarrow x^l - \eta\,\Big(\varepsilon^l - f'(x^l)\odot
@@ -572,8 +568,7 @@ def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, infer_steps):
 
 
 @partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "infer_steps"))
-def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size,
-                   infer_steps):
+def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, infer_steps):
     n_batches = x.shape[0] // batch_size
 
     def epoch(carry, k):
@@ -584,8 +579,7 @@ def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, bat
 
         def batch(carry, data):
             p, s = carry
-            p, s, F, loss = _train_batch(p, s, data[0], data[1], prec, eta, optimizer,
-                                             infer_steps)
+            p, s, F, loss = _train_batch(p, s, data[0], data[1], prec, eta, optimizer, infer_steps)
             return (p, s), (F, loss)
 
         (p, s), (F, loss) = jax.lax.scan(batch, (p, s), (xb, yb))
@@ -596,9 +590,20 @@ def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, bat
     return p, F, FitExtras(opt_state=s, loss=loss)
 
 
-def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
-              n_epochs: int, batch_size: int, infer_steps: int, step_size: float = 0.1,
-              opt_state=None) -> core.FitResult:
+def fit(
+    params: Params,
+    x,
+    y,
+    precisions=None,
+    *,
+    key: Array,
+    optimizer: Any,
+    n_epochs: int,
+    batch_size: int,
+    infer_steps: int,
+    step_size: float = 0.1,
+    opt_state=None,
+) -> core.FitResult:
     r"""Training mode of §29.1.4: clamp :math:`x^1 = X`, :math:`x^L = Y`, relax, learn.
 
     For each minibatch (shuffled with ``key`` every epoch; a last partial
@@ -648,19 +653,20 @@ def fit(params: Params, x, y, precisions=None, *, key: Array, optimizer: Any,
     eta = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)
-    p, energies, extras = _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs,
-                                     batch_size, infer_steps)
+    p, energies, extras = _train_jit(
+        params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, infer_steps
+    )
     out = core.FitResult(p, energies, n_epochs, None, extras)
-    _validate.require_finite("pcn.fit", out, steps=out.energies,
-                        hint="lower the optimizer's learning rate or the inference step_size")
+    _validate.require_finite(
+        "pcn.fit", out, steps=out.energies, hint="lower the optimizer's learning rate or the inference step_size"
+    )
     return out
 
 
 # --- the other two modes ---------------------------------------------------------
 
 
-def classify(params: Params, x, precisions=None, *, n_steps: int, step_size: float = 0.1,
-                 xs0=None) -> tuple:
+def classify(params: Params, x, precisions=None, *, n_steps: int, step_size: float = 0.1, xs0=None) -> tuple:
     r"""Inference mode of §29.1.4: clamp :math:`x^1 = X`, relax, read :math:`\arg\max_j x^L_j`.
 
     The free layers start at zero (or at ``xs0``). With only the bottom
@@ -693,8 +699,7 @@ def classify(params: Params, x, precisions=None, *, n_steps: int, step_size: flo
     return jnp.argmax(res.xs[-1], axis=-1), res
 
 
-def generate(params: Params, y, precisions=None, *, n_steps: int,
-                 step_size: float = 0.1) -> Inference:
+def generate(params: Params, y, precisions=None, *, n_steps: int, step_size: float = 0.1) -> Inference:
     r"""Generation mode of §29.1.4: clamp :math:`x^L = Y`, relax, read :math:`x^1`.
 
     The free layers start at the feed-forward pass of the prior mean

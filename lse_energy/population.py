@@ -139,17 +139,31 @@ def _nonlinearity(fn):
 
 
 def _range(name, value, low=None, high=None):
-    if (not isinstance(value, (tuple, list)) or len(value) != 2
-            or not all(isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool)
-                       and math.isfinite(v) for v in value) or not value[0] <= value[1]):
+    if (
+        not isinstance(value, (tuple, list))
+        or len(value) != 2
+        or not all(
+            isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(v)
+            for v in value
+        )
+        or not value[0] <= value[1]
+    ):
         raise ValueError(f"{name} must be a pair (low, high) of finite numbers with low <= high; got {value!r}")
     if (low is not None and value[0] <= low) or (high is not None and value[1] >= high):
         raise ValueError(f"{name} must lie in ({low}, {high}); got {value!r}")
     return float(value[0]), float(value[1])
 
 
-def init_params(d: int, n_neurons: int, *, key, intercepts=(-0.95, 0.95), max_currents=(2.0, 10.0),
-                threshold: float = 1.0, dtype=None) -> Params:
+def init_params(
+    d: int,
+    n_neurons: int,
+    *,
+    key,
+    intercepts=(-0.95, 0.95),
+    max_currents=(2.0, 10.0),
+    threshold: float = 1.0,
+    dtype=None,
+) -> Params:
     r"""A random population in the NEF style (§26 of the lecture notes).
 
     Encoders are uniform on the unit sphere (:math:`\pm 1` in one dimension). Each neuron
@@ -359,8 +373,9 @@ def _simulate(params, nonlinearity, dec, a_prime, b_prime, u, y0, tau, dt, tau_m
     return (jnp.concatenate([y0[None], ys]), jnp.concatenate([xhats, x_last[None]]))
 
 
-def simulate(params: Params, nonlinearity: Callable, decoders, a_prime, b_prime, u, y0, *, tau, dt,
-             tau_m=None) -> Trajectory:
+def simulate(
+    params: Params, nonlinearity: Callable, decoders, a_prime, b_prime, u, y0, *, tau, dt, tau_m=None
+) -> Trajectory:
     r"""Euler simulation of a recurrent population with synaptic filtering (§28).
 
     The state is the synaptically filtered decoded signal :math:`y` (the notes' current
@@ -417,8 +432,19 @@ def simulate(params: Params, nonlinearity: Callable, decoders, a_prime, b_prime,
             raise ValueError(f"dt must be at most tau_m (explicit Euler); got dt={dt}, tau_m={tau_m}")
     dtype = y0.dtype
     cast = partial(jnp.asarray, dtype=dtype)
-    ys, xs = _simulate(Params(*map(cast, params)), nonlinearity, cast(dec), cast(a_prime), cast(b_prime),
-                       cast(u), y0, tau, dt, 1.0 if tau_m is None else tau_m, tau_m is None)
+    ys, xs = _simulate(
+        Params(*map(cast, params)),
+        nonlinearity,
+        cast(dec),
+        cast(a_prime),
+        cast(b_prime),
+        cast(u),
+        y0,
+        tau,
+        dt,
+        1.0 if tau_m is None else tau_m,
+        tau_m is None,
+    )
     out = Trajectory(ys.astype(dtype), xs.astype(dtype))
     _validate.require_finite("population.simulate", out, steps=ys, hint="reduce the input or dt")
     return out
@@ -484,7 +510,8 @@ def grad_energy(counts, expected_counts) -> Array:
 
 
 def posterior(counts, expected_counts) -> Array:
-    r"""The posterior :math:`p(s_j \mid n) = \mathrm{softmax}_j\, \mathrm{sim}(n, s_j)` over the grid (uniform prior)."""
+    r"""The posterior :math:`p(s_j \mid n) = \mathrm{softmax}_j\, \mathrm{sim}(n, s_j)` over the grid (uniform
+    prior)."""
     s = sim(counts, expected_counts)
     w = core.weights(s if s.ndim == 2 else s[None])
     return w if s.ndim == 2 else w[0]
@@ -497,8 +524,9 @@ def log_evidence(counts, expected_counts) -> Array:
     """
     n, f = _counts_rates(counts, expected_counts)
     n2 = n if n.ndim == 2 else n[None]
-    return (-energy(n2, f) - jnp.sum(jax.scipy.special.gammaln(n2.astype(f.dtype) + 1))
-            - n2.shape[0] * math.log(f.shape[0]))
+    return (
+        -energy(n2, f) - jnp.sum(jax.scipy.special.gammaln(n2.astype(f.dtype) + 1)) - n2.shape[0] * math.log(f.shape[0])
+    )
 
 
 def bayes_decode(counts, expected_counts, grid) -> Array:

@@ -177,8 +177,7 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
     x = jnp.asarray(x)
     if x.ndim not in (1, 2) or x.shape[-1] != size:
         raise ValueError(f"{name} must have shape ({size},) or (N, {size}); got {x.shape}")
-    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer)
-            or x.dtype == jnp.bool_):
+    if not (jnp.issubdtype(x.dtype, jnp.floating) or jnp.issubdtype(x.dtype, jnp.integer) or x.dtype == jnp.bool_):
         raise ValueError(f"{name} must be numeric; got dtype {x.dtype}")
     # Integer and boolean arrays are binary unit states (data), never a
     # continuous relaxation: they must hold 0/1, whatever the function.
@@ -204,8 +203,7 @@ def _check_int(value, name: str, low: int) -> int:
 # ---------------------------------------------------------------------------
 
 
-def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01,
-                data=None, dtype=jnp.float64) -> Params:
+def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data=None, dtype=jnp.float64) -> Params:
     r"""Small random couplings :math:`W_{ij} \sim \mathcal N(0, \mathrm{scale}^2)`, :math:`c = 0`.
 
     With ``data`` (``(N, n_visible)`` binary) the visible biases start at the
@@ -300,7 +298,8 @@ def free_energy(params: Params, v) -> Array:
 
 
 def free_energy_hidden(params: Params, h) -> Array:
-    r"""The other marginal: :math:`F(h) = -\ln \sum_v e^{-E(v,h)} = -c^\top h - \sum_i \operatorname{softplus}(b_i + W_{i:} h)`.
+    r"""The other marginal: :math:`F(h) = -\ln \sum_v e^{-E(v,h)} = -c^\top h - \sum_i \operatorname{softplus}(b_i +
+    W_{i:} h)`.
 
     Each *visible* unit is now the child, with the two parents
     :math:`\{0, b_i + W_{i:} h\}`.
@@ -456,7 +455,8 @@ def _gibbs(W, b, c, v0, key, n_steps):
 
 
 def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
-    r"""Run ``n_steps`` sweeps of block Gibbs sampling, :math:`h \sim P(h\mid v)` then :math:`v \sim P(v \mid h)` (§23.9).
+    r"""Run ``n_steps`` sweeps of block Gibbs sampling, :math:`h \sim P(h\mid v)` then :math:`v \sim P(v \mid h)`
+    (§23.9).
 
     Every row of ``v0`` is an independent chain. Jitted; a ``lax.scan`` over
     the sweeps. The same ``key`` gives the same samples.
@@ -528,9 +528,7 @@ def log_partition(params: Params, *, over: str = "auto") -> Array:
         over = "visible" if W.shape[0] <= W.shape[1] else "hidden"
     n = W.shape[0] if over == "visible" else W.shape[1]
     if n > MAX_ENUMERATE:
-        raise ValueError(
-            f"over={over!r}: cannot enumerate 2**{n} states (limit 2**{MAX_ENUMERATE})"
-        )
+        raise ValueError(f"over={over!r}: cannot enumerate 2**{n} states (limit 2**{MAX_ENUMERATE})")
     return _log_partition(W, b, c, n, over)
 
 
@@ -552,8 +550,9 @@ def log_likelihood(params: Params, v, *, log_z=None) -> Array:
         log_z = log_partition(params)
     else:
         log_z = jnp.asarray(log_z)
-        if log_z.ndim != 0 or not (jnp.issubdtype(log_z.dtype, jnp.floating)
-                                   or jnp.issubdtype(log_z.dtype, jnp.integer)):
+        if log_z.ndim != 0 or not (
+            jnp.issubdtype(log_z.dtype, jnp.floating) or jnp.issubdtype(log_z.dtype, jnp.integer)
+        ):
             raise ValueError(f"log_z must be a real scalar (a log_partition); got {log_z.dtype}{log_z.shape}")
         if _concrete(log_z) and not bool(np.isfinite(np.asarray(log_z))):
             raise ValueError(f"log_z must be finite; got {log_z}")
@@ -737,8 +736,17 @@ def _fit(params, data, key, learning_rate, n_epochs, batch_size, k, monitor=True
     return params, fe, FitExtras(reconstruction_error=err)
 
 
-def fit(params: Params, data, *, key, n_epochs: int = 10, batch_size: int = 32,
-        learning_rate: float = 0.05, k: int = 1, monitor: bool = True) -> core.FitResult:
+def fit(
+    params: Params,
+    data,
+    *,
+    key,
+    n_epochs: int = 10,
+    batch_size: int = 32,
+    learning_rate: float = 0.05,
+    k: int = 1,
+    monitor: bool = True,
+) -> core.FitResult:
     r"""Train by CD-k with plain stochastic gradient ascent, :math:`\theta \leftarrow \theta + \eta \hat g_k` (§23.8).
 
     Each epoch shuffles the data, splits it into ``N // batch_size``
@@ -784,8 +792,9 @@ def fit(params: Params, data, *, key, n_epochs: int = 10, batch_size: int = 32,
         raise ValueError(f"learning_rate must be finite and > 0; got {learning_rate!r}")
     if not isinstance(monitor, (bool, np.bool_)):
         raise ValueError(f"monitor must be a bool; got {monitor!r}")
-    p, fe, extras = _fit(Params(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype),
-                         n_epochs, batch_size, k, bool(monitor))
+    p, fe, extras = _fit(
+        Params(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype), n_epochs, batch_size, k, bool(monitor)
+    )
     out = core.FitResult(p, fe, n_epochs, None, extras)
     _validate.require_finite("rbm.fit", out, steps=fe, hint="lower learning_rate")
     return out

@@ -17,7 +17,8 @@ it.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -90,15 +91,19 @@ def _core(key):
 
 def _gmm(key):
     K, d = 3, 2
-    return dict(params=gmm.Params(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d)), _spd(key, 1, K, d)),
-                x=_n(key, 2, (5, d)))
+    return dict(
+        params=gmm.Params(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d)), _spd(key, 1, K, d)), x=_n(key, 2, (5, d))
+    )
 
 
 def _slds(key):
     K, d = 2, 2
-    return dict(params=slds.Params(jnp.full((K,), 1.0 / K), _n(key, 0, (K, d, d), 0.5), _n(key, 1, (K, d), 0.1),
-                                       _spd(key, 2, K, d)),
-                x=_n(key, 3, (6, d)))
+    return dict(
+        params=slds.Params(
+            jnp.full((K,), 1.0 / K), _n(key, 0, (K, d, d), 0.5), _n(key, 1, (K, d), 0.1), _spd(key, 2, K, d)
+        ),
+        x=_n(key, 3, (6, d)),
+    )
 
 
 def _mixture_pc(key):
@@ -114,8 +119,11 @@ def _hopfield(key):
 
 
 def _slot(key):
-    return dict(params=slot_attention.Params(_n(key, 0, (2, 3), 0.5), _n(key, 1, (2, 2), 0.5)),
-                x=_n(key, 2, (5, 3)), mu=_n(key, 3, (3, 2)))
+    return dict(
+        params=slot_attention.Params(_n(key, 0, (2, 3), 0.5), _n(key, 1, (2, 2), 0.5)),
+        x=_n(key, 2, (5, 3)),
+        mu=_n(key, 3, (3, 2)),
+    )
 
 
 def _structural(key):
@@ -136,8 +144,12 @@ def _rbm(key):
 
 
 def _diffusion(key):
-    return dict(data=_n(key, 0, (4, 2)), schedule=diffusion.linear_schedule(10, 1e-3, 0.2), x=_n(key, 1, (3, 2)),
-                t=jnp.asarray([2, 5, 9]))
+    return dict(
+        data=_n(key, 0, (4, 2)),
+        schedule=diffusion.linear_schedule(10, 1e-3, 0.2),
+        x=_n(key, 1, (3, 2)),
+        t=jnp.asarray([2, 5, 9]),
+    )
 
 
 def _pcn(key):
@@ -158,14 +170,21 @@ def _embedding(key):
 
 
 def _gan(key):
-    params = gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,),
-                             dtype=jnp.result_type(float))
+    params = gan.init_params(
+        2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,), dtype=jnp.result_type(float)
+    )
     return dict(params=params, x=_n(key, 1, (3, 2)), z=_n(key, 2, (2, 2)))
 
 
 def _gru(key):
-    params = gru.MinParams(_n(key, 0, (3, 4), 0.5), _n(key, 1, (4,), 0.1), _n(key, 2, (3, 4), 0.5),
-                           _n(key, 3, (4,), 0.5), _n(key, 4, (4, 2), 0.5), _n(key, 5, (2,), 0.1))
+    params = gru.MinParams(
+        _n(key, 0, (3, 4), 0.5),
+        _n(key, 1, (4,), 0.1),
+        _n(key, 2, (3, 4), 0.5),
+        _n(key, 3, (4,), 0.5),
+        _n(key, 4, (4, 2), 0.5),
+        _n(key, 5, (2,), 0.1),
+    )
     return dict(params=params, xs=_n(key, 6, (2, 5, 3)))
 
 
@@ -193,51 +212,168 @@ def _vae(key):
 
 
 def _autoencoder(key):
-    return dict(params=autoencoder.Params(_n(key, 0, (2, 4), 0.5), _n(key, 1, (2,), 0.1), _n(key, 2, (4,), 0.1)),
-                x=_n(key, 3, (5, 4)), activation="tanh")
+    return dict(
+        params=autoencoder.Params(_n(key, 0, (2, 4), 0.5), _n(key, 1, (2,), 0.1), _n(key, 2, (4,), 0.1)),
+        x=_n(key, 3, (5, 4)),
+        activation="tanh",
+    )
 
 
 MODELS: tuple[Model, ...] = (
     Model("core", "01_lse_energy", "the log-sum-exp energy", core.energy, True, _core, ("sim",)),
     Model("gmm", "02_gmm", "Gaussian mixtures", gmm.energy, True, _gmm, ("params.means", "x")),
     Model("slds", "03_slds", "switching linear dynamics", slds.energy, True, _slds, ("params.A", "params.b", "x")),
-    Model("mixture_pc", "04_mixture_predictive_coding", "predictive coding with latent causes", mixture_pc.energy,
-          True, _mixture_pc, ("params", "x", "mu")),
-    Model("attention", "05_attention", "cross-, self- and multi-head attention", attention.cross_energy, True,
-          _attention, ("q", "k")),
-    Model("hopfield", "06_hopfield", "modern Hopfield networks", hopfield.energy, True, _hopfield,
-          ("memories", "queries")),
-    Model("slot_attention", "07_slot_attention", "slot attention", slot_attention.energy, True, _slot,
-          ("params", "x", "mu")),
-    Model("structural", "08_structural_inference", "iterative attention as structural inference", structural.energy,
-          True, _structural, ("mu", "x", "w")),
-    Model("multihop", "09_new_attention_designs", "multi-hop attention (no energy)", multihop.attend, False,
-          _multihop, ("q", "k", "v")),
-    Model("expanding", "09_new_attention_designs", "expanding attention", expanding.energy, True, _expanding,
-          ("sims",)),
+    Model(
+        "mixture_pc",
+        "04_mixture_predictive_coding",
+        "predictive coding with latent causes",
+        mixture_pc.energy,
+        True,
+        _mixture_pc,
+        ("params", "x", "mu"),
+    ),
+    Model(
+        "attention",
+        "05_attention",
+        "cross-, self- and multi-head attention",
+        attention.cross_energy,
+        True,
+        _attention,
+        ("q", "k"),
+    ),
+    Model(
+        "hopfield", "06_hopfield", "modern Hopfield networks", hopfield.energy, True, _hopfield, ("memories", "queries")
+    ),
+    Model(
+        "slot_attention",
+        "07_slot_attention",
+        "slot attention",
+        slot_attention.energy,
+        True,
+        _slot,
+        ("params", "x", "mu"),
+    ),
+    Model(
+        "structural",
+        "08_structural_inference",
+        "iterative attention as structural inference",
+        structural.energy,
+        True,
+        _structural,
+        ("mu", "x", "w"),
+    ),
+    Model(
+        "multihop",
+        "09_new_attention_designs",
+        "multi-hop attention (no energy)",
+        multihop.attend,
+        False,
+        _multihop,
+        ("q", "k", "v"),
+    ),
+    Model(
+        "expanding", "09_new_attention_designs", "expanding attention", expanding.energy, True, _expanding, ("sims",)
+    ),
     Model("rbm", "10_rbm", "restricted Boltzmann machines (free energy)", rbm.free_energy, True, _rbm, ("params",)),
-    Model("diffusion", "11_diffusion", "diffusion: the ideal denoiser's energy", diffusion.energy, True, _diffusion,
-          ("data", "x")),
-    Model("pcn", "12_predictive_coding_networks", "hierarchical predictive coding networks", pcn.energy, True, _pcn,
-          ("params", "xs")),
-    Model("anpc", "13_attention_normalised_pc", "attention-normalised predictive coding", anpc.energy, True, _anpc,
-          ("params", "x")),
-    Model("gru", "15_gru", "GRU and minGRU (no energy; parallel and log-space scans)", gru.min_gru, False, _gru,
-          ("params.U", "params.b", "params.U_g", "params.b_g", "xs")),
-    Model("autoencoder", "16_autoencoders", "autoencoders with tied weights (no energy)", autoencoder.reconstruct,
-          False, _autoencoder, ("params", "x")),
-    Model("embedding", "17_embeddings", "vector embeddings (skip-gram log-partition)", embedding.energy, True,
-          _embedding, ("params",)),
-    Model("vae", "18_vae", "variational autoencoders: the mixture prior's energy", vae.prior_energy, True, _vae,
-          ("prior", "z")),
-    Model("adversarial", "19_adversarial", "adversarial attacks and TRADES (cross-entropy, no energy)",
-          adversarial.example_losses, False, _adversarial, ("params", "x")),
-    Model("population", "20_population_coding", "population coding: Bayesian decoding of Poisson counts",
-          population.energy, True, _population, ("counts", "expected_counts")),
-    Model("lif", "20_population_coding", "leaky integrate-and-fire rate curve (no energy)", lif.rate, False,
-          _lif, ("currents",)),
-    Model("gan", "21_gans", "GANs: the discriminator's logistic (two-parent) energy", gan.energy, True, _gan,
-          ("params", "x", "z")),
+    Model(
+        "diffusion",
+        "11_diffusion",
+        "diffusion: the ideal denoiser's energy",
+        diffusion.energy,
+        True,
+        _diffusion,
+        ("data", "x"),
+    ),
+    Model(
+        "pcn",
+        "12_predictive_coding_networks",
+        "hierarchical predictive coding networks",
+        pcn.energy,
+        True,
+        _pcn,
+        ("params", "xs"),
+    ),
+    Model(
+        "anpc",
+        "13_attention_normalised_pc",
+        "attention-normalised predictive coding",
+        anpc.energy,
+        True,
+        _anpc,
+        ("params", "x"),
+    ),
+    Model(
+        "gru",
+        "15_gru",
+        "GRU and minGRU (no energy; parallel and log-space scans)",
+        gru.min_gru,
+        False,
+        _gru,
+        ("params.U", "params.b", "params.U_g", "params.b_g", "xs"),
+    ),
+    Model(
+        "autoencoder",
+        "16_autoencoders",
+        "autoencoders with tied weights (no energy)",
+        autoencoder.reconstruct,
+        False,
+        _autoencoder,
+        ("params", "x"),
+    ),
+    Model(
+        "embedding",
+        "17_embeddings",
+        "vector embeddings (skip-gram log-partition)",
+        embedding.energy,
+        True,
+        _embedding,
+        ("params",),
+    ),
+    Model(
+        "vae",
+        "18_vae",
+        "variational autoencoders: the mixture prior's energy",
+        vae.prior_energy,
+        True,
+        _vae,
+        ("prior", "z"),
+    ),
+    Model(
+        "adversarial",
+        "19_adversarial",
+        "adversarial attacks and TRADES (cross-entropy, no energy)",
+        adversarial.example_losses,
+        False,
+        _adversarial,
+        ("params", "x"),
+    ),
+    Model(
+        "population",
+        "20_population_coding",
+        "population coding: Bayesian decoding of Poisson counts",
+        population.energy,
+        True,
+        _population,
+        ("counts", "expected_counts"),
+    ),
+    Model(
+        "lif",
+        "20_population_coding",
+        "leaky integrate-and-fire rate curve (no energy)",
+        lif.rate,
+        False,
+        _lif,
+        ("currents",),
+    ),
+    Model(
+        "gan",
+        "21_gans",
+        "GANs: the discriminator's logistic (two-parent) energy",
+        gan.energy,
+        True,
+        _gan,
+        ("params", "x", "z"),
+    ),
 )
 
 

@@ -70,7 +70,8 @@ from functools import partial
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
 
 from lse_energy import _rows, _validate, gmm, hopfield
 
@@ -123,6 +124,7 @@ def _local(tree):
     (``addressable_data(0)`` alone would stay committed to one device, which the next jitted
     call could not mix with the global mesh: "Received incompatible devices".)
     """
+
     def local(a):
         if isinstance(a, jax.Array) and not a.is_fully_addressable:
             return jnp.asarray(np.asarray(a.addressable_data(0)))
@@ -135,8 +137,9 @@ def _host(name: str, a) -> np.ndarray:
     """A replicated input's value on this process, as NumPy, from any of the forms the module docstring lists."""
     if isinstance(a, jax.Array) and not a.is_fully_addressable:
         if not a.sharding.is_fully_replicated:
-            raise ValueError(f"{name} must be replicated (the same on every process); got a global array "
-                             f"sharded as {a.sharding}")
+            raise ValueError(
+                f"{name} must be replicated (the same on every process); got a global array sharded as {a.sharding}"
+            )
         a = a.addressable_data(0)
     return np.asarray(a)
 
@@ -144,8 +147,10 @@ def _host(name: str, a) -> np.ndarray:
 def _rows_host(name: str, a):
     """This process's rows: a global array spanning processes raises (the rows are each process's own)."""
     if isinstance(a, jax.Array) and not a.is_fully_addressable:
-        raise ValueError(f"{name} must be this process's own rows (NumPy or a process-local array); got a global "
-                         f"array over {len(a.sharding.device_set)} devices of several processes")
+        raise ValueError(
+            f"{name} must be this process's own rows (NumPy or a process-local array); got a global "
+            f"array over {len(a.sharding.device_set)} devices of several processes"
+        )
     return a
 
 
@@ -161,8 +166,10 @@ def _replicate(name: str, tree, mesh: Mesh):
     # every process sees every process's values, so all reach the same verdict (none waits in a collective);
     # the tolerance forgives only last-bit differences, as between hosts that computed the same thing
     if sizes.min() != sizes.max() or not np.allclose(_allgather(flat), flat[None], rtol=1e-12, atol=0.0):
-        raise ValueError(f"{name} must be the same on every process; it differs between processes (compute it on "
-                         "one process and broadcast it, e.g. jax.experimental.multihost_utils.broadcast_one_to_all)")
+        raise ValueError(
+            f"{name} must be the same on every process; it differs between processes (compute it on "
+            "one process and broadcast it, e.g. jax.experimental.multihost_utils.broadcast_one_to_all)"
+        )
     return jax.tree.unflatten(treedef, [jax.make_array_from_process_local_data(sharding, h, h.shape) for h in host])
 
 
@@ -205,8 +212,9 @@ class _ProcessRows:
 
     def unpad(self, a: np.ndarray, axis: int = 0) -> np.ndarray:
         """The real rows of a gathered global ``a`` whose blocks are ``self.padded`` rows per process."""
-        parts = [np.take(a, np.arange(p * self.padded, p * self.padded + c), axis=axis)
-                 for p, c in enumerate(self.counts)]
+        parts = [
+            np.take(a, np.arange(p * self.padded, p * self.padded + c), axis=axis) for p, c in enumerate(self.counts)
+        ]
         return np.concatenate(parts, axis=axis)
 
 
@@ -244,7 +252,7 @@ def shard_rows(a, mesh: Mesh):
 # ---------------------------------------------------------------------------
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _sharded_statistics(mesh: Mesh):
     """``(params, x, valid, shift) -> (sum ln p(x_i), r' f(x - shift))`` over rows sharded on ``mesh``, psum'ed.
 
@@ -343,8 +351,17 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
     return _local(_sharded_em_step_jit(params, xs, valid, jnp.asarray(reg, x.dtype), layout.n, mesh))
 
 
-def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, tol: float = 1e-6,
-                reg_covar: float = 1e-6, chunk_rows: int | None = None):
+def sharded_fit(
+    x,
+    n_components: int,
+    mesh: Mesh,
+    *,
+    key,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    reg_covar: float = 1e-6,
+    chunk_rows: int | None = None,
+):
     r""":func:`lse_energy.gmm.fit` with the data points sharded over ``mesh``.
 
     Same initialisation (:func:`lse_energy.gmm.init_params` with ``key``), the
@@ -373,15 +390,22 @@ def sharded_fit(x, n_components: int, mesh: Mesh, *, key, max_iter: int = 100, t
     """
     if _multiprocess() or chunk_rows is not None or _rows.is_streamed(x):
         stream = _sharded_stream(x, mesh, chunk_rows)
-        return _local(gmm.streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol,
-                                       reg_covar=reg_covar))
+        return _local(gmm.streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar))
     x = _check_x(x)
     params = gmm.init_params(x, n_components, key=key, reg_covar=reg_covar)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
     shift = _shift(xs, valid, N, mesh)
-    return gmm.em(params, _sharded_statistics(mesh), (xs, valid, shift), n=N, shift=shift, max_iter=max_iter,
-                  tol=tol, reg_covar=reg_covar)
+    return gmm.em(
+        params,
+        _sharded_statistics(mesh),
+        (xs, valid, shift),
+        n=N,
+        shift=shift,
+        max_iter=max_iter,
+        tol=tol,
+        reg_covar=reg_covar,
+    )
 
 
 def _sharded_stream(x, mesh: Mesh, chunk_rows) -> _rows.Stream:
@@ -399,8 +423,7 @@ def _sharded_stream(x, mesh: Mesh, chunk_rows) -> _rows.Stream:
         if len(set(info[:, 1].tolist())) > 1:
             raise ValueError(f"every process's rows must have the same d; got d = {info[:, 1].tolist()}")
         # in memory, one chunk per process; streamed, the largest chunk_rows any process asked for
-        rows.chunk = int(info[:, 0].max()) if chunk_rows is None and not _rows.is_streamed(x) else int(
-            info[:, 2].max())
+        rows.chunk = int(info[:, 0].max()) if chunk_rows is None and not _rows.is_streamed(x) else int(info[:, 2].max())
         n_chunks = int(max(-(-int(n) // rows.chunk) for n in info[:, 0]))
     elif error is not None:
         raise error
@@ -488,8 +511,10 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
     out = jax.jit(run)(memories, qs, beta)
     if layout is not None:  # every process gets every process's queries, in process order
         if return_energy:
-            return (jnp.asarray(layout.unpad(_gather_global(out[0]))),
-                    jnp.asarray(layout.unpad(_gather_global(out[1]), axis=1)))
+            return (
+                jnp.asarray(layout.unpad(_gather_global(out[0]))),
+                jnp.asarray(layout.unpad(_gather_global(out[1]), axis=1)),
+            )
         return jnp.asarray(layout.unpad(_gather_global(out)))
     if return_energy:
         return out[0][:N], out[1][:, :N]

@@ -353,7 +353,8 @@ def grad_A(params: Params, x, *, normalised: bool = True) -> Array:
 
 
 def grad_b(params: Params, x, *, normalised: bool = True) -> Array:
-    r""":math:`\partial E / \partial b_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k}` (§7 and Appendix B, sign as printed).
+    r""":math:`\partial E / \partial b_k = -\sum_t \alpha_{t,k} \Sigma_k^{-1} r_{t,k}` (§7 and Appendix B, sign as
+    printed).
 
     Returns:
       ``(K, d)``.
@@ -378,7 +379,9 @@ def covariance_penalty(params: Params, reg_covar: float) -> Array:
 
 def _penalty(params, reg_covar):
     d = params.A.shape[1]
-    inv = jnp.linalg.solve(params.covariances, jnp.broadcast_to(jnp.eye(d, dtype=params.covariances.dtype), params.covariances.shape))
+    inv = jnp.linalg.solve(
+        params.covariances, jnp.broadcast_to(jnp.eye(d, dtype=params.covariances.dtype), params.covariances.shape)
+    )
     return 0.5 * reg_covar * jnp.sum(jnp.trace(inv, axis1=-2, axis2=-1))
 
 
@@ -465,7 +468,8 @@ def _em_step(params, x, reg_covar):
 
 
 def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
-    r"""One EM step on the normalised energy: E-step :math:`\alpha = \mathrm{softmax}_k\,\mathrm{sim}`, then :func:`m_step`.
+    r"""One EM step on the normalised energy: E-step :math:`\alpha = \mathrm{softmax}_k\,\mathrm{sim}`, then
+    :func:`m_step`.
 
     The result never has a larger :func:`objective` than ``params``.
     """
@@ -604,10 +608,17 @@ def fit(
     _validate.nonnegative("tol", tol)
     keys = jax.random.split(key, int(n_init))
     with _progress.bar(progress, int(max_iter), f"SLDS EM ({int(n_init)} restarts)") as every:
-        params, traces, ns, done = jax.block_until_ready(_fit_many(
-            keys, x, jnp.asarray(tol, x.dtype), jnp.asarray(reg_covar, x.dtype),
-            n_components=int(n_components), max_iter=int(max_iter), report_every=every,
-        ))
+        params, traces, ns, done = jax.block_until_ready(
+            _fit_many(
+                keys,
+                x,
+                jnp.asarray(tol, x.dtype),
+                jnp.asarray(reg_covar, x.dtype),
+                n_components=int(n_components),
+                max_iter=int(max_iter),
+                report_every=every,
+            )
+        )
     ns = np.asarray(ns)
     final = np.asarray(traces)[np.arange(len(ns)), ns]
     ok = np.isfinite(final)
@@ -615,7 +626,10 @@ def fit(
         a = np.asarray(leaf)
         ok &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
     if not np.any(ok):
-        raise ValueError("every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger reg_covar")
+        raise ValueError(
+            "every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger"
+            " reg_covar"
+        )
     best = int(np.argmin(np.where(ok, final, np.inf)))
     chosen = jax.tree_util.tree_map(lambda a: a[best], params)
     n_iter = int(ns[best])
@@ -628,7 +642,8 @@ def predict(params: Params, x, *, normalised: bool = True) -> Array:
 
 
 def sample(params: Params, x0, n_steps: int, *, key):
-    r"""Draw a trajectory with i.i.d. modes :math:`z_t \sim \pi`, :math:`x_{t+1} \sim \mathcal{N}(A_{z_t} x_t + b_{z_t}, \Sigma_{z_t})`.
+    r"""Draw a trajectory with i.i.d. modes :math:`z_t \sim \pi`, :math:`x_{t+1} \sim \mathcal{N}(A_{z_t} x_t +
+    b_{z_t}, \Sigma_{z_t})`.
 
     Args:
       params: :class:`Params`.

@@ -282,7 +282,8 @@ def grad_w_q(params: Params, x, mu) -> Array:
 
 
 def grad_free_energy_mu(params: Params, x, mu, lam: float = 1.0) -> Array:
-    r""":math:`\partial F_\lambda/\partial \mu_i = \lambda \mu_i + \partial E/\partial\mu_i` (eq. 14 plus the node potential).
+    r""":math:`\partial F_\lambda/\partial \mu_i = \lambda \mu_i + \partial E/\partial\mu_i` (eq. 14 plus the node
+    potential).
 
     Returns:
       ``(S, d_mu)``.
@@ -327,7 +328,8 @@ def gradient_step(params: Params, x, mu, *, step: float, lam: float = 0.0) -> Ar
 def cccp_step(params: Params, x, mu, lam: float = 1.0) -> Array:
     r"""The CCCP fixed-point update of Singh & Buckley (2023, §4.3, their eq. 8).
 
-    .. math:: \mu_i^* = \frac{1}{\lambda}\sum_j \mathrm{softmax}_i\!\bigl(x_j^\top W_K^\top W_Q \mu_i\bigr)\, W_Q^\top W_K x_j
+    .. math:: \mu_i^* = \frac{1}{\lambda}\sum_j \mathrm{softmax}_i\!\bigl(x_j^\top W_K^\top W_Q \mu_i\bigr)\, W_Q^\top
+              W_K x_j
               = -\frac{1}{\lambda}\frac{\partial E}{\partial \mu_i}
 
     It minimises the convex majoriser
@@ -356,8 +358,7 @@ def _e_step(params, x, mu, lam, step, n_steps, method):
     return mu_out, jnp.concatenate([_free(params, x, mu, lam)[None], trace])
 
 
-def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp",
-           lam: float = 1.0, step: float | None = None):
+def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp", lam: float = 1.0, step: float | None = None):
     r"""Run ``n_steps`` slot updates with the maps fixed (the E-step of §9).
 
     Args:
@@ -386,8 +387,7 @@ def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp",
             raise ValueError("step must be given for method='gradient'")
         _validate.positive("step", step)
     dtype = x.dtype
-    return _e_step(params, x, mu, jnp.asarray(lam, dtype), jnp.asarray(step, dtype),
-                   int(n_steps), method)
+    return _e_step(params, x, mu, jnp.asarray(lam, dtype), jnp.asarray(step, dtype), int(n_steps), method)
 
 
 # ---------------------------------------------------------------------------
@@ -422,7 +422,7 @@ def surrogate(params: Params, x, mu, a) -> Array:
 
 
 def _m_w_q(params, x, mu, a):
-    c_xm = x.T @ a @ mu                      # sum_ji A_ji x_j mu_i^T
+    c_xm = x.T @ a @ mu  # sum_ji A_ji x_j mu_i^T
     c_mm = mu.T @ (jnp.sum(a, 0)[:, None] * mu)  # sum_ji A_ji mu_i mu_i^T
     return params.w_k @ c_xm @ jnp.linalg.pinv(c_mm, hermitian=True)
 
@@ -468,7 +468,7 @@ def m_step_w_k(params: Params, x, mu, a) -> Array:
 
 
 def _procrustes(params, x, mu, a, prox):
-    m = params.w_k @ (x.T @ a @ mu) + prox * params.w_q     # W_K C_{x mu} + rho W_Q
+    m = params.w_k @ (x.T @ a @ mu) + prox * params.w_q  # W_K C_{x mu} + rho W_Q
     u, _, vt = jnp.linalg.svd(m, full_matrices=False)
     return u @ vt
 
@@ -522,8 +522,7 @@ class MStepTrace(NamedTuple):
 @partial(jax.jit, static_argnames=("n_steps",))
 def _alternate(params, x, mu, a, n_steps):
     def record(p):
-        return (jnp.linalg.norm(p.w_k), jnp.linalg.norm(p.w_q), _surrogate(p, x, mu, a),
-                core.energy(_sim(p, x, mu)))
+        return (jnp.linalg.norm(p.w_k), jnp.linalg.norm(p.w_q), _surrogate(p, x, mu, a), core.energy(_sim(p, x, mu)))
 
     def body(p, _):
         p = p._replace(w_q=_m_w_q(p, x, mu, a))
@@ -556,7 +555,8 @@ def unconstrained_m_steps(params: Params, x, mu, a, *, n_steps: int):
 
 
 class FitExtras(NamedTuple):
-    r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`: the slots and the traces, one row per EM iteration.
+    r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`: the slots and the traces, one row per EM
+    iteration.
 
     Attributes:
       mu: ``(K, d)`` slots after the last E-step.
@@ -597,15 +597,24 @@ def _fit(params, x, mu, lam, prox, n_steps, n_e_steps, m_step, report_every=0):
         p_new = p._replace(w_q=w_q)
         after = _surrogate(p_new, x, m_new, a)
         trace = jnp.concatenate([_free(p, x, m, lam)[None], tr, _free(p_new, x, m_new, lam)[None]])
-        return (p_new, m_new), (trace, before, after, jnp.linalg.norm(w_q - p.w_q),
-                                jnp.linalg.norm(w_q))
+        return (p_new, m_new), (trace, before, after, jnp.linalg.norm(w_q - p.w_q), jnp.linalg.norm(w_q))
 
     (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_steps))
     return p, FitExtras(m, *out)
 
 
-def fit(params: Params, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float = 1.0,
-        m_step: str = "procrustes", prox: float = 1e-3, progress: bool = False):
+def fit(
+    params: Params,
+    x,
+    mu,
+    *,
+    n_steps: int,
+    n_e_steps: int = 1,
+    lam: float = 1.0,
+    m_step: str = "procrustes",
+    prox: float = 1e-3,
+    progress: bool = False,
+):
     r"""EM for slot attention with :math:`W_K` held fixed (the fix of the §9 collapse).
 
     Each iteration runs ``n_e_steps`` CCCP slot updates (:func:`cccp_step`, descending
@@ -656,13 +665,27 @@ def fit(params: Params, x, mu, *, n_steps: int, n_e_steps: int = 1, lam: float =
         if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
             raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
     with _progress.bar(progress, int(n_steps), f"slot-attention EM ({m_step})") as every:
-        p, extras = jax.block_until_ready(_fit(params, x, mu, jnp.asarray(lam, x.dtype),
-                                               jnp.asarray(prox, x.dtype), int(n_steps), int(n_e_steps),
-                                               m_step, every))
+        p, extras = jax.block_until_ready(
+            _fit(
+                params,
+                x,
+                mu,
+                jnp.asarray(lam, x.dtype),
+                jnp.asarray(prox, x.dtype),
+                int(n_steps),
+                int(n_e_steps),
+                m_step,
+                every,
+            )
+        )
     energies = jnp.concatenate([extras.free_energy[:1, 0], extras.free_energy[:, -1]])
     out = core.FitResult(p, energies, int(n_steps), None, extras)
-    _validate.require_finite("slot_attention.fit", out, steps=extras.free_energy,
-                        hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps")
+    _validate.require_finite(
+        "slot_attention.fit",
+        out,
+        steps=extras.free_energy,
+        hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps",
+    )
     return out
 
 
@@ -739,8 +762,9 @@ def init_slots(x, n_slots: int, *, key) -> Array:
     return x[_farthest(x, first, int(n_slots))]
 
 
-def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
-               min_separation: float = 0.5, n_candidates: int = 4096):
+def blob_scene(
+    n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08, min_separation: float = 0.5, n_candidates: int = 4096
+):
     r"""A 2-D scene of isotropic Gaussian blobs ("objects").
 
     Centres are uniform on :math:`[-1, 1]^2`, redrawn (by vectorised rejection over
@@ -758,12 +782,11 @@ def blob_scene(n_blobs: int, *, key, n_per_blob: int = 40, std: float = 0.08,
     n_per_blob = _validate.count("n_per_blob", n_per_blob)
     n_candidates = _validate.count("n_candidates", n_candidates)
     _validate.nonnegative("min_separation", min_separation)
-    points, labels, centres, found = _blob_scene(key, std, min_separation, int(n_blobs), int(n_per_blob),
-                                                 int(n_candidates))
+    points, labels, centres, found = _blob_scene(
+        key, std, min_separation, int(n_blobs), int(n_per_blob), int(n_candidates)
+    )
     if not bool(found):
-        raise ValueError(
-            f"min_separation={min_separation} too large for {n_blobs} blobs: no candidate set found"
-        )
+        raise ValueError(f"min_separation={min_separation} too large for {n_blobs} blobs: no candidate set found")
     return points, labels, centres
 
 

@@ -23,11 +23,7 @@ from lse_energy import _validate, core
 
 Array = jax.Array
 
-__all__ = [
-    "energy",
-    "cccp_step",
-    "cccp",
-]
+__all__ = ["energy", "cccp_step", "cccp"]
 
 _PRIORS = ("hopfield", "slot")
 

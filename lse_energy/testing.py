@@ -11,7 +11,8 @@ which does not blow up at entries that happen to be near zero.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -72,9 +73,9 @@ def _unravel(tree) -> Callable[[Any], Any]:
     starts = np.concatenate([[0], ends[:-1]]).astype(int)
 
     def unravel(v):
-        return jax.tree_util.tree_unflatten(treedef, [
-            v[int(a):int(b)].reshape(s).astype(dt) for a, b, s, dt in zip(starts, ends, shapes, dtypes)
-        ])
+        return jax.tree_util.tree_unflatten(
+            treedef, [v[int(a) : int(b)].reshape(s).astype(dt) for a, b, s, dt in zip(starts, ends, shapes, dtypes)]
+        )
 
     return unravel
 
@@ -153,9 +154,7 @@ def check_gradient(
         )
     analytic = _flat(_compiled(grad_fn)(x))
     if analytic.shape != flat.shape:
-        raise ValueError(
-            f"grad_fn returned {analytic.size} values but x has {flat.size}"
-        )
+        raise ValueError(f"grad_fn returned {analytic.size} values but x has {flat.size}")
     auto = _flat(_compiled(jax.grad(f))(x))
     analytic = np.asarray(analytic, np.float64)
 
@@ -173,10 +172,7 @@ def check_gradient(
         up[i] += h
         down[i] -= h
         fd[j] = (float(f_flat(jnp.asarray(up))) - float(f_flat(jnp.asarray(down)))) / (2 * h)
-    return GradientCheck(
-        autodiff_error=relative_error(analytic, auto),
-        fd_error=relative_error(analytic[idx], fd),
-    )
+    return GradientCheck(autodiff_error=relative_error(analytic, auto), fd_error=relative_error(analytic[idx], fd))
 
 
 def assert_gradient(
@@ -197,12 +193,10 @@ def assert_gradient(
     result = check_gradient(f, grad_fn, x, **kwargs)
     if not result.autodiff_error <= rtol:
         raise AssertionError(
-            f"analytic gradient differs from jax.grad: relative error "
-            f"{result.autodiff_error:.3e} > {rtol:.1e}"
+            f"analytic gradient differs from jax.grad: relative error {result.autodiff_error:.3e} > {rtol:.1e}"
         )
     if not result.fd_error <= fd_rtol:
         raise AssertionError(
-            f"analytic gradient differs from finite differences: relative error "
-            f"{result.fd_error:.3e} > {fd_rtol:.1e}"
+            f"analytic gradient differs from finite differences: relative error {result.fd_error:.3e} > {fd_rtol:.1e}"
         )
     return result

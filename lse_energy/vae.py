@@ -178,8 +178,7 @@ def _check_prior(prior, d_z=None) -> MixturePrior:
     return MixturePrior(logits, means, log_scales)
 
 
-_SHAPES = ("(d_x, H)", "(H,)", "(H, d_z)", "(d_z,)", "(H, d_z)", "(d_z,)", "(d_z, H)", "(H,)", "(H, d_x)",
-           "(d_x,)")
+_SHAPES = ("(d_x, H)", "(H,)", "(H, d_z)", "(d_z,)", "(H, d_z)", "(d_z,)", "(d_z, H)", "(H,)", "(H, d_x)", "(d_x,)")
 
 
 def _check_params(params) -> Params:
@@ -229,8 +228,9 @@ def _float_dtype(dtype):
     return dtype
 
 
-def init_params(n_visible: int, n_latent: int, n_hidden: int, *, key, n_components: int | None = None,
-                dtype=None) -> Params:
+def init_params(
+    n_visible: int, n_latent: int, n_hidden: int, *, key, n_components: int | None = None, dtype=None
+) -> Params:
     r"""Glorot-scaled Gaussian weights, zero biases; a mixture prior when ``n_components`` is given.
 
     The prior (:func:`init_prior`) gets uniform weights, means drawn from
@@ -259,8 +259,19 @@ def _init_params(key, d_x, d_z, H, K, dtype) -> Params:
     prior = None
     if K is not None:
         prior = _prior(keys[5], K, d_z, 1.0, dtype)
-    return Params(w(keys[0], d_x, H), zeros(H), w(keys[1], H, d_z), zeros(d_z), 0.1 * w(keys[2], H, d_z), zeros(d_z),
-                  w(keys[3], d_z, H), zeros(H), w(keys[4], H, d_x), zeros(d_x), prior)
+    return Params(
+        w(keys[0], d_x, H),
+        zeros(H),
+        w(keys[1], H, d_z),
+        zeros(d_z),
+        0.1 * w(keys[2], H, d_z),
+        zeros(d_z),
+        w(keys[3], d_z, H),
+        zeros(H),
+        w(keys[4], H, d_x),
+        zeros(d_x),
+        prior,
+    )
 
 
 def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dtype=None) -> MixturePrior:
@@ -272,8 +283,9 @@ def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dty
 
 
 def _prior(key, K, d_z, scale, dtype) -> MixturePrior:
-    return MixturePrior(jnp.zeros(K, dtype), scale * core.random_normal(key, (K, d_z), dtype),
-                        jnp.zeros((K, d_z), dtype))
+    return MixturePrior(
+        jnp.zeros(K, dtype), scale * core.random_normal(key, (K, d_z), dtype), jnp.zeros((K, d_z), dtype)
+    )
 
 
 def _encode(params, x):
@@ -298,20 +310,22 @@ def decode(params: Params, z) -> Array:
 
 
 def reparameterize(mu, logvar, eps) -> Array:
-    r"""The reparameterisation trick of §21: :math:`z = \mu + \epsilon \odot \sigma`, :math:`\sigma = e^{\ln\sigma^2/2}`.
+    r"""The reparameterisation trick of §21: :math:`z = \mu + \epsilon \odot \sigma`, :math:`\sigma =
+    e^{\ln\sigma^2/2}`.
 
     ``eps`` has shape ``(..., N, d_z)`` (leading sample axes broadcast).
     """
     mu = _validate.float_array("mu", mu, 1)
     logvar = _validate.float_array("logvar", logvar, 1)
     eps = _validate.float_array("eps", eps, 1)
-    if logvar.shape != mu.shape or eps.shape[eps.ndim - mu.ndim:] != mu.shape:
+    if logvar.shape != mu.shape or eps.shape[eps.ndim - mu.ndim :] != mu.shape:
         raise ValueError(f"mu, logvar and eps must end in one shape; got {mu.shape}, {logvar.shape}, {eps.shape}")
     return mu + eps * jnp.exp(0.5 * logvar)
 
 
 def gaussian_kl(mu, logvar) -> Array:
-    r""":math:`\mathrm{KL}(\mathcal N(\mu, \mathrm{diag}\,\sigma^2)\,\|\,\mathcal N(0, I)) = \tfrac12\sum_j(\sigma_j^2+\mu_j^2-\ln\sigma_j^2-1)`.
+    r""":math:`\mathrm{KL}(\mathcal N(\mu, \mathrm{diag}\,\sigma^2)\,\|\,\mathcal N(0, I)) =
+    \tfrac12\sum_j(\sigma_j^2+\mu_j^2-\ln\sigma_j^2-1)`.
 
     The closed form of §21 (per coordinate as printed; summed over the last axis here).
 
@@ -356,15 +370,15 @@ def log_likelihood(params: Params, x, z, *, decoder: str = "bernoulli", obs_scal
 
 
 def _prior_sim(prior, z):
-    inv = jnp.exp(-prior.log_scales)                                    # (K, d)
-    r = (z[..., None, :] - prior.means) * inv                           # (..., N, K, d)
+    inv = jnp.exp(-prior.log_scales)  # (K, d)
+    r = (z[..., None, :] - prior.means) * inv  # (..., N, K, d)
     log_pi = prior.logits - core.logsumexp(prior.logits[None])[0]
-    return (log_pi - 0.5 * jnp.sum(r**2, axis=-1) - jnp.sum(prior.log_scales, axis=-1)
-            - 0.5 * z.shape[-1] * _LOG_2PI)
+    return log_pi - 0.5 * jnp.sum(r**2, axis=-1) - jnp.sum(prior.log_scales, axis=-1) - 0.5 * z.shape[-1] * _LOG_2PI
 
 
 def prior_sim(prior: MixturePrior, z) -> Array:
-    r"""The similarities :math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, \mathrm{diag}\,s_k^2)`, ``(N, K)``.
+    r"""The similarities :math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, \mathrm{diag}\,s_k^2)`,
+    ``(N, K)``.
 
     Children: the codes :math:`z_n`; parents: the prior's components (the
     normalised GMM sim of chapter 02 with diagonal covariances).
@@ -393,7 +407,8 @@ def prior_responsibilities(prior: MixturePrior, z) -> Array:
 
 
 def log_prior(prior: MixturePrior | None, z) -> Array:
-    r""":math:`\ln p(z_n)` per row, ``(N,)``: the mixture's, or :math:`\ln\mathcal N(z; 0, I)` when ``prior`` is ``None``."""
+    r""":math:`\ln p(z_n)` per row, ``(N,)``: the mixture's, or :math:`\ln\mathcal N(z; 0, I)` when ``prior`` is
+    ``None``."""
     if prior is None:
         z = _validate.float_array("z", z, 1)
         return _log_std_normal(z)
@@ -421,9 +436,9 @@ def grad_prior_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
     """
     prior = _check_prior(prior)
     z = _validate.points("z", z, prior.means.shape[1], "prior")
-    w = core.weights(_prior_sim(prior, z))                                    # (N, K)
-    inv2 = jnp.exp(-2.0 * prior.log_scales)                                   # (K, d)
-    diff = z[:, None, :] - prior.means                                        # (N, K, d)
+    w = core.weights(_prior_sim(prior, z))  # (N, K)
+    inv2 = jnp.exp(-2.0 * prior.log_scales)  # (K, d)
+    diff = z[:, None, :] - prior.means  # (N, K, d)
     g_z = jnp.einsum("nk,nkd->nd", w, diff * inv2)
     g_m = -jnp.einsum("nk,nkd->kd", w, diff * inv2)
     g_s = -jnp.einsum("nk,nkd->kd", w, diff**2 * inv2 - 1.0)
@@ -440,7 +455,7 @@ def grad_prior_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
 def _log_weight_terms(params, x, eps, decoder, obs_scale):
     """``ln p(x | z)``, ``ln p(z)`` and ``ln q(z | x)`` of the reparameterised codes, each ``(S, N)``."""
     mu, logvar = _encode(params, x)
-    z = mu + eps * jnp.exp(0.5 * logvar)                                      # (S, N, d_z)
+    z = mu + eps * jnp.exp(0.5 * logvar)  # (S, N, d_z)
     log_q = -0.5 * jnp.sum(eps**2 + logvar + _LOG_2PI, axis=-1)
     lp = _log_std_normal(z) if params.prior is None else core.logsumexp(_prior_sim(params.prior, z))
     return _log_likelihood(_decode(params, z), x, decoder, obs_scale), lp, log_q
@@ -493,8 +508,7 @@ def _draw(params, x, key, n_samples):
     return core.random_normal(key, (n_samples,) + x.shape[:1] + params.mu_W.shape[1:], x.dtype)
 
 
-def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoulli",
-         obs_scale: float = 1.0) -> Array:
+def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoulli", obs_scale: float = 1.0) -> Array:
     r"""Per-example ELBO estimate from ``n_samples`` reparameterised codes, ``(N,)``.
 
     :math:`\frac1S \sum_s [\ln p(x|z_s) + \ln p(z_s) - \ln q(z_s|x)]`: an unbiased estimate of the
@@ -528,7 +542,7 @@ def _loss_terms(params, x, eps, decoder, obs_scale, beta):
 
 def _iwae_loss_terms(params, x, eps, decoder, obs_scale):
     log_lik, lp, log_q = _log_weight_terms(params, x, eps, decoder, obs_scale)
-    lw = log_lik + lp - log_q                                                 # (K, N)
+    lw = log_lik + lp - log_q  # (K, N)
     iw = core.logsumexp(lw.T[:, None, :])[:, 0] - math.log(eps.shape[0])
     return -jnp.mean(iw), jnp.mean(log_q - lp)
 
@@ -570,8 +584,9 @@ def loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float
     decoder = _check_decoder(decoder)
     x = _check_x(x, params.enc_W.shape[0])
     eps = _check_eps(jnp.asarray(eps)[None], x.shape[0], params.mu_W.shape[1])[0]
-    return _loss_terms(params, x, eps, decoder, _validate.positive("obs_scale", obs_scale),
-                       _validate.positive("beta", beta))[0]
+    return _loss_terms(
+        params, x, eps, decoder, _validate.positive("obs_scale", obs_scale), _validate.positive("beta", beta)
+    )[0]
 
 
 # ---------------------------------------------------------------------------
@@ -589,12 +604,10 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
         xb, k = data
         if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
             eps = core.random_normal(k, (batch_size, d_z), x.dtype)
-            (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale,
-                                                                               beta)
+            (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale, beta)
         else:  # -IWAE_K
             eps = core.random_normal(k, (n_samples, batch_size, d_z), x.dtype)
-            (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder,
-                                                                                    obs_scale)
+            (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale)
         updates, s = optimizer.update(grads, s, p)
         return (jax.tree.map(jnp.add, p, updates), s), (value, kl)
 
@@ -608,8 +621,20 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
     return p, s, values, kls
 
 
-def fit(params: Params, x, *, key, optimizer: Any, n_epochs: int, batch_size: int, decoder: str = "bernoulli",
-        obs_scale: float = 1.0, beta: float = 1.0, n_samples: int = 1, opt_state=None) -> core.FitResult:
+def fit(
+    params: Params,
+    x,
+    *,
+    key,
+    optimizer: Any,
+    n_epochs: int,
+    batch_size: int,
+    decoder: str = "bernoulli",
+    obs_scale: float = 1.0,
+    beta: float = 1.0,
+    n_samples: int = 1,
+    opt_state=None,
+) -> core.FitResult:
     r"""Train a VAE by the procedure of §21: encode, sample :math:`z = \mu + \epsilon\odot\sigma`, KL, decode,
     reconstruction loss, a gradient step on the combined loss (:func:`loss`).
 
@@ -637,7 +662,8 @@ def fit(params: Params, x, *, key, optimizer: Any, n_epochs: int, batch_size: in
     Returns:
       :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``,
       ``(n_epochs, n_batches)``, the minibatch loss before each step (the negative ELBO per
-      example when ``beta = 1``, :math:`-\mathrm{IWAE}_K` when ``n_samples = K > 1``); ``n_iter = n_epochs``; ``converged = None``; ``extras`` a
+      example when ``beta = 1``, :math:`-\mathrm{IWAE}_K` when ``n_samples = K > 1``); ``n_iter = n_epochs``;
+      ``converged = None``; ``extras`` a
       :class:`FitExtras`.
 
     Raises:
@@ -662,8 +688,9 @@ def fit(params: Params, x, *, key, optimizer: Any, n_epochs: int, batch_size: in
     beta = jnp.asarray(_validate.positive("beta", beta), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)
-    p, s, values, kls = _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale,
-                                 beta, n_samples)
+    p, s, values, kls = _fit_jit(
+        params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, beta, n_samples
+    )
     out = core.FitResult(p, values, n_epochs, None, FitExtras(s, kls))
     _validate.require_finite("vae.fit", out, steps=values, hint="lower the optimizer's learning rate")
     return out
@@ -685,7 +712,8 @@ def _check_linear(W, b, sigma, x):
 
 def linear_gaussian_log_marginal(W, b, sigma, x) -> Array:
     r"""Exact :math:`\ln p(x) = \ln\mathcal N(x; b, WW^\top + \sigma^2 I)` for :math:`p(z) = \mathcal N(0, I)`,
-    :math:`p(x|z) = \mathcal N(Wz + b, \sigma^2 I)`; ``W`` is ``(d_x, d_z)``, ``x`` is ``(N, d_x)``; returns ``(N,)``."""
+    :math:`p(x|z) = \mathcal N(Wz + b, \sigma^2 I)`; ``W`` is ``(d_x, d_z)``, ``x`` is ``(N, d_x)``; returns
+    ``(N,)``."""
     W, b, sigma, x = _check_linear(W, b, sigma, x)
     return _linear_gaussian_log_marginal(W, b, sigma, x)
 

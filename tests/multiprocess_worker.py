@@ -68,8 +68,9 @@ def main(pid: int, port: int, out: str) -> None:
     streamed = sharding.sharded_fit(mm, K, mesh, key=jax.random.key(7), max_iter=25, tol=0.0, chunk_rows=100)
     res.update({f"stream_{f}": np.asarray(a) for f, a in zip(streamed.params._fields, streamed.params)})
 
-    states, energies = sharding.sharded_retrieve(memories, queries[qmine], mesh, beta=2.0, n_steps=4,
-                                                 return_energy=True)
+    states, energies = sharding.sharded_retrieve(
+        memories, queries[qmine], mesh, beta=2.0, n_steps=4, return_energy=True
+    )
     res["retrieve_states"], res["retrieve_energies"] = np.asarray(states), np.asarray(energies)
 
     hand_iterations(res, pid, x, memories, queries, mine, qmine, mesh, fit.params)
@@ -107,7 +108,8 @@ def hand_iterations(res, pid, x, memories, queries, mine, qmine, mesh, fit_param
     """Feed every sharding function's output back in as its next input, by hand, ITERS times."""
     import jax
     import numpy as np
-    from jax.sharding import NamedSharding, PartitionSpec as P
+    from jax.sharding import NamedSharding
+    from jax.sharding import PartitionSpec as P
 
     from lse_energy import sharding
 
@@ -121,7 +123,7 @@ def hand_iterations(res, pid, x, memories, queries, mine, qmine, mesh, fit_param
 
     p = broadcast_params(x[:N0], pid)
     save("bcast_init", p)
-    for i in range(ITERS):
+    for _ in range(ITERS):
         p = sharding.sharded_em_step(p, x[mine], mesh, reg_covar=1e-6)
     save("bcast", p)
 

@@ -25,4 +25,4 @@ def complex_step(f, args, argnum, h: float = 1e-30) -> np.ndarray:
     """``d f(*args) / d args[argnum]`` by complex steps (see :func:`complex_step_grad`)."""
     args = tuple(args)
     x = np.asarray(args[argnum], dtype=float)
-    return complex_step_grad(lambda z: f(*args[:argnum], z, *args[argnum + 1:]), x, h)
+    return complex_step_grad(lambda z: f(*args[:argnum], z, *args[argnum + 1 :]), x, h)

@@ -53,14 +53,15 @@ def test_loss_is_cross_entropy(seed):
 def test_input_gradient_eq4_form(seed):
     """sum_j softmax_j grad z_j - grad z_t = jax.grad and finite differences, and a NumPy Jacobian."""
     p, (x, t) = random_params(seed), random_data(seed)
-    assert_gradient(lambda y: jnp.sum(adv.example_losses(p, y, t)), lambda y: adv.input_gradient(p, y, t), x,
-                    n_coords=None)
+    assert_gradient(
+        lambda y: jnp.sum(adv.example_losses(p, y, t)), lambda y: adv.input_gradient(p, y, t), x, n_coords=None
+    )
     W1, b1, W2, _ = (np.asarray(a) for a in p)
     g = adv.input_gradient(p, x, t)
     for n in range(N):
         h = np.tanh(np.asarray(x[n]) @ W1 + b1)
-        jac = (W1 * (1 - h**2)) @ W2        # (D, K): column j is grad_x z_j
-        w = softmax(numpy_logits(p, x[n:n + 1])[0])
+        jac = (W1 * (1 - h**2)) @ W2  # (D, K): column j is grad_x z_j
+        w = softmax(numpy_logits(p, x[n : n + 1])[0])
         np.testing.assert_allclose(g[n], jac @ w - jac[:, int(t[n])], rtol=1e-10, atol=1e-13)
 
 
@@ -74,16 +75,24 @@ def test_grad_loss_params(seed):
 def test_grad_trades_params(seed):
     p, (x, t) = random_params(seed), random_data(seed)
     xa = x + 0.1 * jax.random.normal(jax.random.key(seed), x.shape)
-    assert_gradient(lambda q: adv.trades_loss(q, x, t, xa, 2.5),
-                    lambda q: adv.grad_trades_params(q, x, t, xa, 2.5), p, n_coords=None)
+    assert_gradient(
+        lambda q: adv.trades_loss(q, x, t, xa, 2.5),
+        lambda q: adv.grad_trades_params(q, x, t, xa, 2.5),
+        p,
+        n_coords=None,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_binary_trades_params(seed):
     p, (x, t) = random_params(seed, k=1), random_data(seed, k=1)
     xa = x + 0.1 * jax.random.normal(jax.random.key(seed), x.shape)
-    assert_gradient(lambda q: adv.binary_trades_loss(q, x, t, xa, 1.7),
-                    lambda q: adv.grad_binary_trades_params(q, x, t, xa, 1.7), p, n_coords=None)
+    assert_gradient(
+        lambda q: adv.binary_trades_loss(q, x, t, xa, 1.7),
+        lambda q: adv.grad_binary_trades_params(q, x, t, xa, 1.7),
+        p,
+        n_coords=None,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -196,11 +205,33 @@ def test_fit_standard_and_trades():
     assert std.energies.shape == (10, 8) and std.n_iter == 10 and std.converged is None
     assert float(adv.accuracy(std.params, x, t)) > 0.9
     assert float(jnp.mean(std.energies[-1])) < float(jnp.mean(std.energies[0]))
-    tr = adv.fit(p0, x, t, key=jax.random.key(1), optimizer=opt, n_epochs=10, batch_size=50, beta=3.0,
-                 epsilon=0.1, inner_steps=3, box=BOX)
+    tr = adv.fit(
+        p0,
+        x,
+        t,
+        key=jax.random.key(1),
+        optimizer=opt,
+        n_epochs=10,
+        batch_size=50,
+        beta=3.0,
+        epsilon=0.1,
+        inner_steps=3,
+        box=BOX,
+    )
     assert float(adv.accuracy(tr.params, x, t)) > 0.8
-    again = adv.fit(p0, x, t, key=jax.random.key(1), optimizer=opt, n_epochs=10, batch_size=50, beta=3.0,
-                    epsilon=0.1, inner_steps=3, box=BOX)
+    again = adv.fit(
+        p0,
+        x,
+        t,
+        key=jax.random.key(1),
+        optimizer=opt,
+        n_epochs=10,
+        batch_size=50,
+        beta=3.0,
+        epsilon=0.1,
+        inner_steps=3,
+        box=BOX,
+    )
     np.testing.assert_array_equal(ravel_pytree(again.params)[0], ravel_pytree(tr.params)[0])
 
 
@@ -208,8 +239,19 @@ def test_fit_binary():
     x, y = digits()
     t = jnp.where(y >= 5, 1, -1)
     p0 = adv.init_params(64, 16, 1, key=jax.random.key(0))
-    r = adv.fit(p0, x, t, key=jax.random.key(1), optimizer=optax.adam(1e-2), n_epochs=20, batch_size=50,
-                beta=1.0, epsilon=0.05, inner_steps=3, box=BOX)
+    r = adv.fit(
+        p0,
+        x,
+        t,
+        key=jax.random.key(1),
+        optimizer=optax.adam(1e-2),
+        n_epochs=20,
+        batch_size=50,
+        beta=1.0,
+        epsilon=0.05,
+        inner_steps=3,
+        box=BOX,
+    )
     assert r.energies.dtype == jnp.float64
     assert float(adv.accuracy(r.params, x, t)) > 0.9
 
@@ -235,10 +277,10 @@ def test_pgd_binary_loss_and_random_start(seed):
     p, (x, t) = random_params(seed, k=1, scale=4.0), random_data(seed, k=1)
     a = adv.pgd(p, x, t, 0.2, step_size=0.05, n_steps=6, box=BOX)
     expected0 = np.logaddexp(0.0, -numpy_logits(p, x)[:, 0] * np.asarray(t))
-    np.testing.assert_allclose(a.losses[0], expected0, rtol=1e-12)       # from x' = x
+    np.testing.assert_allclose(a.losses[0], expected0, rtol=1e-12)  # from x' = x
     expected = np.logaddexp(0.0, -numpy_logits(p, a.x_adv)[:, 0] * np.asarray(t))
     np.testing.assert_allclose(a.losses[-1], expected, rtol=1e-12)
-    assert np.all(np.asarray(a.losses[-1]) >= np.asarray(a.losses[0]))   # the loss of the true class rose
+    assert np.all(np.asarray(a.losses[-1]) >= np.asarray(a.losses[0]))  # the loss of the true class rose
     starts = []
     for r in range(2):
         b = adv.pgd(p, x, t, 0.2, step_size=0.05, n_steps=1, key=jax.random.key(r), box=BOX)
@@ -247,8 +289,9 @@ def test_pgd_binary_loss_and_random_start(seed):
     assert not np.allclose(starts[0], expected0) and not np.allclose(starts[0], starts[1])
     # multi-class PGD is unchanged by the new argument's default
     pm, (xm, tm) = random_params(seed), random_data(seed)
-    np.testing.assert_allclose(adv.pgd(pm, xm, tm, 0.2, step_size=0.05, n_steps=3).losses[0],
-                               adv.example_losses(pm, xm, tm), rtol=1e-12)
+    np.testing.assert_allclose(
+        adv.pgd(pm, xm, tm, 0.2, step_size=0.05, n_steps=3).losses[0], adv.example_losses(pm, xm, tm), rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("k", [1, K])
@@ -271,6 +314,17 @@ def test_fit_augment_binary_learns():
     x, y = digits()
     t = jnp.where(y >= 5, 1, -1)
     p0 = adv.init_params(64, 16, 1, key=jax.random.key(0))
-    r = adv.fit(p0, x, t, key=jax.random.key(1), optimizer=optax.adam(1e-2), n_epochs=20, batch_size=50,
-                epsilon=0.05, inner_steps=3, box=BOX, defence="augment")
+    r = adv.fit(
+        p0,
+        x,
+        t,
+        key=jax.random.key(1),
+        optimizer=optax.adam(1e-2),
+        n_epochs=20,
+        batch_size=50,
+        epsilon=0.05,
+        inner_steps=3,
+        box=BOX,
+        defence="augment",
+    )
     assert float(adv.accuracy(r.params, x, t)) > 0.9

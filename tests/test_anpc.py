@@ -7,8 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lse_energy import core
-from lse_energy import anpc, pcn
+from lse_energy import anpc, core, pcn
 from lse_energy.testing import assert_gradient, relative_error
 
 SEEDS = [0, 1, 2]
@@ -67,8 +66,7 @@ def test_energies_match_numpy_loops(seed, activation):
     p, x, k = _problem(seed)
     F_att, F_std = _numpy_energies(p, x, k, activation)
     np.testing.assert_allclose(float(anpc.energy(p, x, k, activation=activation)), F_att, rtol=1e-12)
-    np.testing.assert_allclose(float(anpc.standard_energy(p, x, k, activation=activation)), F_std,
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(anpc.standard_energy(p, x, k, activation=activation)), F_std, rtol=1e-12)
     # LSE >= max, so F_att <= F_std, and F_att >= -sum_i ln |pre(i)| per example.
     assert F_att <= F_std
     n_pre = np.sum(np.asarray(p.adjacency), axis=1)
@@ -96,10 +94,18 @@ def test_attention_rows_and_effective_precisions(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_x_matches_autodiff_and_fd(seed, activation):
     p, x, k = _problem(seed)
-    assert_gradient(lambda v: anpc.energy(p, v, k, activation=activation),
-                    lambda v: anpc.grad_x(p, v, k, activation=activation), x, n_coords=None)
-    assert_gradient(lambda v: anpc.standard_energy(p, v, k, activation=activation),
-                    lambda v: anpc.standard_grad_x(p, v, k, activation=activation), x, n_coords=None)
+    assert_gradient(
+        lambda v: anpc.energy(p, v, k, activation=activation),
+        lambda v: anpc.grad_x(p, v, k, activation=activation),
+        x,
+        n_coords=None,
+    )
+    assert_gradient(
+        lambda v: anpc.standard_energy(p, v, k, activation=activation),
+        lambda v: anpc.standard_grad_x(p, v, k, activation=activation),
+        x,
+        n_coords=None,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -139,11 +145,13 @@ def test_grad_is_paper_display_with_softmax_over_k_eps2(seed):
     fp = 1 - np.tanh(np.asarray(x)) ** 2
 
     def dynamics(alpha):
-        return np.array([
-            -np.sum(alpha[i, A[i]] * kk[i] * e[i, A[i]])
-            + fp[i] * np.sum([alpha[l, i] * kk[l] * e[l, i] * W[l, i] for l in range(N) if A[l, i]])
-            for i in range(N)
-        ])
+        return np.array(
+            [
+                -np.sum(alpha[i, A[i]] * kk[i] * e[i, A[i]])
+                + fp[i] * np.sum([alpha[l, i] * kk[l] * e[l, i] * W[l, i] for l in range(N) if A[l, i]])
+                for i in range(N)
+            ]
+        )
 
     alpha = np.asarray(anpc.attention(p, x, k))
     assert relative_error(dynamics(alpha), -np.asarray(jax.grad(anpc.energy, argnums=1)(p, x, k))) < 1e-12
@@ -162,14 +170,17 @@ def test_one_input_per_neuron_is_standard_pc(seed, activation):
     Fa = anpc.energy(p, x, k, activation=activation)
     Fs = anpc.standard_energy(p, x, k, activation=activation)
     np.testing.assert_allclose(float(Fa), float(Fs), rtol=1e-14)
-    np.testing.assert_allclose(anpc.grad_x(p, x, k, activation=activation),
-                               anpc.standard_grad_x(p, x, k, activation=activation), rtol=1e-14, atol=0)
+    np.testing.assert_allclose(
+        anpc.grad_x(p, x, k, activation=activation),
+        anpc.standard_grad_x(p, x, k, activation=activation),
+        rtol=1e-14,
+        atol=0,
+    )
     a = np.asarray(anpc.attention(p, x, k, activation=activation))
     np.testing.assert_array_equal(a, np.broadcast_to(np.asarray(p.adjacency, float), a.shape))
     clamp = jnp.arange(N) == 0
     ra = anpc.infer(p, x, k, clamp=clamp, n_steps=20, step_size=0.05, activation=activation)
-    rs = anpc.infer(p, x, k, clamp=clamp, n_steps=20, step_size=0.05, activation=activation,
-                       normalised=False)
+    rs = anpc.infer(p, x, k, clamp=clamp, n_steps=20, step_size=0.05, activation=activation, normalised=False)
     np.testing.assert_allclose(ra.x, rs.x, rtol=1e-13, atol=1e-15)
 
 
@@ -186,13 +197,15 @@ def test_scalar_chain_equals_hierarchical_pcn(seed):
     A = jnp.zeros((L, L), bool).at[jnp.arange(1, L), jnp.arange(L - 1)].set(True)
     p = anpc.Params(W, B, A)
     prec = jnp.asarray([0.0, 1.0, 2.0, 0.5])
-    chain = pcn.Params(weights=tuple(w[l].reshape(1, 1) for l in range(L - 1)),
-                       biases=tuple(b[l].reshape(1) for l in range(L - 1)), prior_mean=jnp.zeros(1))
+    chain = pcn.Params(
+        weights=tuple(w[l].reshape(1, 1) for l in range(L - 1)),
+        biases=tuple(b[l].reshape(1) for l in range(L - 1)),
+        prior_mean=jnp.zeros(1),
+    )
     x = jax.random.normal(jax.random.fold_in(key, 2), (5, L))
-    xs = tuple(x[:, l:l + 1] for l in range(L))
+    xs = tuple(x[:, l : l + 1] for l in range(L))
     k = prec.at[0].set(1.0)  # neuron 0 has no input: its precision is unused
-    np.testing.assert_allclose(float(anpc.energy(p, x, k)), float(pcn.energy(chain, xs, prec)),
-                               rtol=1e-13)
+    np.testing.assert_allclose(float(anpc.energy(p, x, k)), float(pcn.energy(chain, xs, prec)), rtol=1e-13)
     g_pcn = jnp.concatenate(pcn.grad_x(chain, xs, prec), axis=-1)
     np.testing.assert_allclose(anpc.grad_x(p, x, k), g_pcn, rtol=1e-12, atol=1e-14)
 
@@ -216,8 +229,7 @@ def test_brute_force_marginalisation_over_synapse_choices(seed, activation):
         # F_std of the network in which neuron kids[m] keeps only synapse c[m]
         A_c = np.zeros_like(A)
         A_c[kids, list(c)] = True
-        F_c = float(anpc.standard_energy(p._replace(adjacency=jnp.asarray(A_c)), x, k,
-                                            activation=activation))
+        F_c = float(anpc.standard_energy(p._replace(adjacency=jnp.asarray(A_c)), x, k, activation=activation))
         np.testing.assert_allclose(F_c, -sum(sim[i, j] for i, j in zip(kids, c)), rtol=1e-13)
         log_terms.append(-F_c - np.sum(np.log([len(q) for q in pres])))
         choices.append(c)
@@ -253,8 +265,9 @@ def test_energy_non_increasing_below_the_bound_linear(seed):
     clamp = jnp.asarray([True, False, False, True, False, False])
     for normalised in (True, False):
         L = float(anpc.lipschitz(p, k, clamp=clamp, activation="linear", normalised=normalised))
-        res = anpc.infer(p, x, k, clamp=clamp, n_steps=300, step_size=1.99 / L,
-                            activation="linear", normalised=normalised)
+        res = anpc.infer(
+            p, x, k, clamp=clamp, n_steps=300, step_size=1.99 / L, activation="linear", normalised=normalised
+        )
         E = np.asarray(res.energy)
         assert np.all(np.diff(E) <= 1e-12 * np.abs(E).max()), normalised
         assert E[-1] < E[0]
@@ -319,8 +332,15 @@ def test_outlier_equilibria_standard_mean_vs_attention():
     x0 = jnp.concatenate([jnp.mean(u)[None], u])
     L = float(anpc.lipschitz(p, clamp=clamp, activation="linear"))
     att = anpc.infer(p, x0, clamp=clamp, n_steps=300, step_size=1 / L, activation="linear")
-    std = anpc.infer(p, x0 * 0 + jnp.concatenate([jnp.zeros(1), u]), clamp=clamp, n_steps=300,
-                        step_size=1 / K, activation="linear", normalised=False)
+    std = anpc.infer(
+        p,
+        x0 * 0 + jnp.concatenate([jnp.zeros(1), u]),
+        clamp=clamp,
+        n_steps=300,
+        step_size=1 / K,
+        activation="linear",
+        normalised=False,
+    )
     np.testing.assert_allclose(float(std.x[0]), float(jnp.mean(u)), rtol=1e-12)
     a = anpc.attention(p, att.x, activation="linear")[0]
     assert float(a[-1]) < 1e-30
@@ -368,8 +388,20 @@ def test_validation_errors():
 
 
 def test_names_exported():
-    for name in ["Params", "energy", "standard_energy", "grad_x",
-                 "standard_grad_x", "grad_params", "attention",
-                 "effective_precisions", "lipschitz", "infer", "Inference",
-                 "errors", "sim", "predictions"]:
+    for name in [
+        "Params",
+        "energy",
+        "standard_energy",
+        "grad_x",
+        "standard_grad_x",
+        "grad_params",
+        "attention",
+        "effective_precisions",
+        "lipschitz",
+        "infer",
+        "Inference",
+        "errors",
+        "sim",
+        "predictions",
+    ]:
         assert name in anpc.__all__ and hasattr(anpc, name)

@@ -54,7 +54,9 @@ def _imports(tree):
             base = node.module.removeprefix("lse_energy").lstrip(".")
             for a in node.names:
                 target = f"{base}.{a.name}".strip(".")
-                if (PACKAGE / f"{target.replace('.', '/')}.py").exists() or (PACKAGE / target.replace(".", "/")).is_dir():
+                if (PACKAGE / f"{target.replace('.', '/')}.py").exists() or (
+                    PACKAGE / target.replace(".", "/")
+                ).is_dir():
                     modules.add(target)
                     aliases[a.asname or a.name] = target
                 else:
@@ -67,8 +69,13 @@ def _imports(tree):
 def _private_attributes(tree, aliases):
     bad = []
     for node in ast.walk(tree):
-        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
-                and node.attr.startswith("_") and not node.attr.startswith("__")):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in aliases
+            and node.attr.startswith("_")
+            and not node.attr.startswith("__")
+        ):
             bad.append(f"{node.value.id}.{node.attr} (line {node.lineno})")
     return bad
 

@@ -8,8 +8,7 @@ import numpy as np
 import pytest
 
 from lse_energy import attention as A
-from lse_energy import structural
-from lse_energy import core
+from lse_energy import core, structural
 from lse_energy.testing import assert_gradient, relative_error
 
 SEEDS = [0, 1, 2]
@@ -59,19 +58,13 @@ def test_cross_grad_tokens_and_params(seed, opt):
     params, xq, xk, mask = _cross_setup(seed)
     o = _opts(opt, mask)
     assert_gradient(
-        lambda x: A.cross_energy_tokens(params, x, xk, **o),
-        lambda x: A.cross_grad_tokens(params, x, xk, **o)[0],
-        xq,
+        lambda x: A.cross_energy_tokens(params, x, xk, **o), lambda x: A.cross_grad_tokens(params, x, xk, **o)[0], xq
     )
     assert_gradient(
-        lambda x: A.cross_energy_tokens(params, xq, x, **o),
-        lambda x: A.cross_grad_tokens(params, xq, x, **o)[1],
-        xk,
+        lambda x: A.cross_energy_tokens(params, xq, x, **o), lambda x: A.cross_grad_tokens(params, xq, x, **o)[1], xk
     )
     assert_gradient(
-        lambda p: A.cross_energy_tokens(p, xq, xk, **o),
-        lambda p: A.cross_grad_params(p, xq, xk, **o),
-        params,
+        lambda p: A.cross_energy_tokens(p, xq, xk, **o), lambda p: A.cross_grad_params(p, xq, xk, **o), params
     )
 
 
@@ -124,8 +117,7 @@ def test_self_grad_terms_match_core_graph(seed):
     params, x = _self_setup(seed)
     n = x.shape[0]
     term = core.EnergyTerm(
-        children=np.arange(n), parents=np.arange(n),
-        sim=lambda vc, vp: (params.wq @ vc) @ (params.wk @ vp),
+        children=np.arange(n), parents=np.arange(n), sim=lambda vc, vp: (params.wq @ vc) @ (params.wk @ vp)
     )
     ref = core.graph_gradient_terms([term], x)
     mine = A.self_grad_terms(params, x)
@@ -199,8 +191,9 @@ def test_attend_matches_numpy_float64(seed, masked):
     mask = jax.random.bernoulli(ks[3], 0.5, (2, 3, 5, 7)).at[..., 0].set(True) if masked else None
     ref = _numpy_attention(q, k, v, 1 / np.sqrt(6), mask)
     np.testing.assert_allclose(A.attend(q, k, v, mask=mask), ref, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(A.attend(q, k, v, beta=2.5, mask=mask), _numpy_attention(q, k, v, 2.5, mask),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        A.attend(q, k, v, beta=2.5, mask=mask), _numpy_attention(q, k, v, 2.5, mask), rtol=1e-12, atol=1e-13
+    )
 
 
 def test_attend_agrees_with_jax_dot_product_attention():
@@ -327,8 +320,9 @@ def test_multihead_matches_numpy_concat_float64():
     p = A.init_multihead(dm, H, d_head=4, key=key)
     xq, xkv = _normal(kx, (5, dm)), _normal(ky, (8, dm))
     heads = [
-        _numpy_attention(xq @ np.asarray(p.wq[h]).T, xkv @ np.asarray(p.wk[h]).T, xkv @ np.asarray(p.wv[h]).T,
-                         1 / np.sqrt(4))
+        _numpy_attention(
+            xq @ np.asarray(p.wq[h]).T, xkv @ np.asarray(p.wk[h]).T, xkv @ np.asarray(p.wv[h]).T, 1 / np.sqrt(4)
+        )
         for h in range(H)
     ]
     wo = np.concatenate([np.asarray(p.wo[h]) for h in range(H)], axis=1)  # (d_model, H * d_v)
@@ -363,9 +357,12 @@ def test_cccp_normalisation_rows_vs_columns():
     w = jnp.eye(4)
     s = np.asarray(mu @ x.T)
     e = np.exp(s - s.max())
-    np.testing.assert_allclose(structural.cccp_step(mu, x, w, prior="hopfield"), (e / e.sum(1, keepdims=True)) @ x,
-                               rtol=1e-12)
-    np.testing.assert_allclose(structural.cccp_step(mu, x, w, prior="slot"), (e / e.sum(0, keepdims=True)) @ x, rtol=1e-12)
+    np.testing.assert_allclose(
+        structural.cccp_step(mu, x, w, prior="hopfield"), (e / e.sum(1, keepdims=True)) @ x, rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        structural.cccp_step(mu, x, w, prior="slot"), (e / e.sum(0, keepdims=True)) @ x, rtol=1e-12
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -118,14 +118,17 @@ def test_run_seeds_returns_one_result_per_seed():
     assert rs[0]["test_mse"] != rs[1]["test_mse"]
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(model="two_layer"), "model must be one of"),
-    (dict(target="both"), "target must be one of"),
-    (dict(chain=6), "chain must be <= n_tokens"),
-    (dict(n_steps=0), "n_steps must be an integer >= 1"),
-    (dict(lr=-1.0), "lr must be a finite scalar > 0"),
-    (dict(weight_decay=-1.0), "weight_decay must be a finite scalar >= 0"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(model="two_layer"), "model must be one of"),
+        (dict(target="both"), "target must be one of"),
+        (dict(chain=6), "chain must be <= n_tokens"),
+        (dict(n_steps=0), "n_steps must be an integer >= 1"),
+        (dict(lr=-1.0), "lr must be a finite scalar > 0"),
+        (dict(weight_decay=-1.0), "weight_decay must be a finite scalar >= 0"),
+    ],
+)
 def test_run_rejects_bad_arguments(kwargs, match):
     with pytest.raises(ValueError, match=match):
         am.run(0, **{**dict(n_steps=2, batch=2, n_test=2), **kwargs})
@@ -147,6 +150,7 @@ def test_a_diverging_run_raises():
 
 
 # --- the authors' Fig. 3 task and models ------------------------------------------------------------------------
+
 
 def _fig3_setup(seed=0, d=4, n=12, batch=8, p=0.2):
     ks = jax.random.split(jax.random.key(seed), 3)
@@ -224,7 +228,7 @@ def _their_expanding(s_row, v_row, alpha=0.1, beta=0.9, mass=0.05, tol=0.01, max
     att = np.array(s_row, float)
     att[-1] = -np.inf
     k_old = 0.0
-    for i in range(max_iter):
+    for i in range(max_iter):  # noqa: B007 (the iteration count is returned)
         k = math.log(mass) / math.log(1 - alpha / (alpha + beta))
         window = int(math.ceil(k))
         part = att[-window:]
@@ -279,7 +283,7 @@ def test_fig3_expanding_gradient_holds_the_window_and_prior_fixed():
         assert min(math.ceil(k), n) - 1 == width[b]
 
     def fixed(flat):
-        wq, wk, wv = flat[:d * d].reshape(d, d), flat[d * d:2 * d * d].reshape(d, d), flat[2 * d * d:]
+        wq, wk, wv = flat[: d * d].reshape(d, d), flat[d * d : 2 * d * d].reshape(d, d), flat[2 * d * d :]
         out = 0.0
         for b in range(x.shape[0]):
             xn = np.asarray(x[b])
@@ -318,13 +322,16 @@ def test_fig3_tiny_run_trains_and_is_deterministic():
     assert "window" in r and "window" not in am.run_fig3("self", [0], [0.5], d=4, n=12, n_steps=2, n_test=4)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(model="two_layer"), "model must be one of"),
-    (dict(ps=[1.0]), "ps must be a non-empty"),
-    (dict(n=2), "n must be an integer >= 3"),
-    (dict(n_cont=-1), "n_cont must be an integer >= 0"),
-    (dict(mass=1.5), "mass"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(model="two_layer"), "model must be one of"),
+        (dict(ps=[1.0]), "ps must be a non-empty"),
+        (dict(n=2), "n must be an integer >= 3"),
+        (dict(n_cont=-1), "n_cont must be an integer >= 0"),
+        (dict(mass=1.5), "mass"),
+    ],
+)
 def test_run_fig3_rejects_bad_arguments(kwargs, match):
     args = {**dict(model="self", seeds=[0], ps=[0.5], d=3, n=6, n_steps=2, n_test=2), **kwargs}
     with pytest.raises(ValueError, match=match):

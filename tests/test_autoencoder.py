@@ -25,8 +25,9 @@ SEEDS = (0, 1, 2)
 
 def _instance(seed, d=6, k=3, n=9):
     rng = np.random.default_rng(seed)
-    p = ae.Params(jnp.asarray(rng.normal(size=(k, d))), jnp.asarray(rng.normal(size=k)),
-                  jnp.asarray(rng.normal(size=d)))
+    p = ae.Params(
+        jnp.asarray(rng.normal(size=(k, d))), jnp.asarray(rng.normal(size=k)), jnp.asarray(rng.normal(size=d))
+    )
     return p, jnp.asarray(rng.normal(size=(n, d)))
 
 
@@ -154,4 +155,3 @@ def test_init_params_same_key_same_result():
     b = ae.init_params(5, 2, key=jax.random.key(3))
     assert all(np.array_equal(u, v) for u, v in zip(a, b))
     assert a.W.shape == (2, 5) and a.b.shape == (2,) and a.c.shape == (5,)
-

@@ -79,8 +79,9 @@ WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 def _stored_widgets(nb: dict) -> list[str]:
     """Where a notebook stores widget views (outputs) or widget state (metadata)."""
-    found = [f"cell {i}" for i, c in enumerate(nb["cells"]) for o in c.get("outputs", [])
-             if WIDGET_VIEW in o.get("data", {})]
+    found = [
+        f"cell {i}" for i, c in enumerate(nb["cells"]) for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})
+    ]
     if nb.get("metadata", {}).get("widgets", {}).get(WIDGET_STATE):
         found.append("notebook metadata")
     return found
@@ -91,14 +92,13 @@ def test_no_stored_widget_state(path):
     """A stored widget renders only with require.js and a widget manager from a CDN, and a stored
     progress bar shows a stale count: execute with TQDM_DISABLE=1 (CONTRIBUTING, Notebooks)."""
     assert not _stored_widgets(json.loads(path.read_text())), (
-        f"{path.name} stores widgets in {_stored_widgets(json.loads(path.read_text()))}: "
-        "re-execute with TQDM_DISABLE=1")
+        f"{path.name} stores widgets in {_stored_widgets(json.loads(path.read_text()))}: re-execute with TQDM_DISABLE=1"
+    )
 
 
 def test_stored_widget_rule_catches_a_progress_bar():
     bar = {"output_type": "display_data", "data": {WIDGET_VIEW: {"model_id": "x"}}}
-    nb = {"cells": [{"cell_type": "code", "outputs": [bar]}],
-          "metadata": {"widgets": {WIDGET_STATE: {"state": {}}}}}
+    nb = {"cells": [{"cell_type": "code", "outputs": [bar]}], "metadata": {"widgets": {WIDGET_STATE: {"state": {}}}}}
     assert _stored_widgets(nb) == ["cell 0", "notebook metadata"]
     assert _stored_widgets({"cells": [{"cell_type": "code", "outputs": []}], "metadata": {}}) == []
 
@@ -157,8 +157,10 @@ def float32_roundoff_prints(nb: dict) -> list[str]:
             found.append(f"cell {i}: prints decade(...)")
         if "float32" not in src and "f32" not in src:
             continue
-        text = "".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
-                       for o in cell.get("outputs", []))
+        text = "".join(
+            "".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/plain", ""))
+            for o in cell.get("outputs", [])
+        )
         for number in re.findall(_E_NUMBER, text):
             if float(number) == 0.0 or abs(float(number)) >= 1e-10:
                 found.append(f"cell {i}: float32 cell prints {number}")
@@ -173,16 +175,34 @@ def test_no_float32_roundoff_in_untagged_outputs(path):
 
 def test_float32_roundoff_rule_catches_the_old_chapter_5():
     """The rule fails on chapter 5 as it was before the fix (a decade and a 0.0e+00 in float32 cells)."""
-    nb = {"cells": [
-        {"cell_type": "code", "metadata": {}, "source": ["x = jnp.ones(3, jnp.float32)\n", "print(f'{err:.1e}')"],
-         "outputs": [{"output_type": "stream", "text": ["per head: 0.0e+00\n"]}]},
-        {"cell_type": "code", "metadata": {}, "source": ["print(decade(err))"],
-         "outputs": [{"output_type": "stream", "text": ["< 1e-06\n"]}]},
-        {"cell_type": "code", "metadata": {}, "source": ["y = x.astype(jnp.float64)  # from float32\n"],
-         "outputs": [{"output_type": "stream", "text": ["float64 error 2.2e-16\n"]}]},
-        {"cell_type": "code", "metadata": {"tags": ["nbval-ignore-output"]}, "source": ["jnp.float32; decade(e)"],
-         "outputs": [{"output_type": "stream", "text": ["3.6e-07\n"]}]},
-    ]}
+    nb = {
+        "cells": [
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["x = jnp.ones(3, jnp.float32)\n", "print(f'{err:.1e}')"],
+                "outputs": [{"output_type": "stream", "text": ["per head: 0.0e+00\n"]}],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["print(decade(err))"],
+                "outputs": [{"output_type": "stream", "text": ["< 1e-06\n"]}],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {},
+                "source": ["y = x.astype(jnp.float64)  # from float32\n"],
+                "outputs": [{"output_type": "stream", "text": ["float64 error 2.2e-16\n"]}],
+            },
+            {
+                "cell_type": "code",
+                "metadata": {"tags": ["nbval-ignore-output"]},
+                "source": ["jnp.float32; decade(e)"],
+                "outputs": [{"output_type": "stream", "text": ["3.6e-07\n"]}],
+            },
+        ]
+    }
     assert float32_roundoff_prints(nb) == ["cell 0: float32 cell prints 0.0e+00", "cell 1: prints decade(...)"]
 
 
@@ -201,7 +221,7 @@ def _claims_and_tests(path):
     starts = [m.start() for m in re.finditer(_CLAIM, text)]
     out = []
     for i, start in enumerate(starts):
-        chunk = text[start: starts[i + 1] if i + 1 < len(starts) else len(text)]
+        chunk = text[start : starts[i + 1] if i + 1 < len(starts) else len(text)]
         out.append((chunk.splitlines()[0], re.findall(_TEST_REF, chunk)))
     return out
 
@@ -225,10 +245,16 @@ def test_every_proposition_names_its_test(path):
 
 
 def test_proposition_rule_catches_a_missing_reference(tmp_path):
-    nb = {"cells": [{"cell_type": "markdown", "source": ["```{prf:proposition} A\n", "x\n", "```\n"]},
-                    {"cell_type": "markdown", "source": ["```{prf:proof}\n",
-                                                         "`tests/test_book.py::test_toc_entries_exist`\n```"]},
-                    {"cell_type": "markdown", "source": ["```{prf:theorem} B\n", "y\n", "```\n"]}]}
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["```{prf:proposition} A\n", "x\n", "```\n"]},
+            {
+                "cell_type": "markdown",
+                "source": ["```{prf:proof}\n", "`tests/test_book.py::test_toc_entries_exist`\n```"],
+            },
+            {"cell_type": "markdown", "source": ["```{prf:theorem} B\n", "y\n", "```\n"]},
+        ]
+    }
     path = tmp_path / "x.ipynb"
     path.write_text(json.dumps(nb))
     claims = _claims_and_tests(path)
@@ -260,8 +286,12 @@ def test_code_lines_fit_the_column(path):
 
 
 def test_code_width_rule_catches_a_long_line():
-    nb = {"cells": [{"cell_type": "markdown", "source": ["x" * 200]},
-                    {"cell_type": "code", "source": ["a = 1\n", "b = '" + "y" * 80 + "'\n"]}]}
+    nb = {
+        "cells": [
+            {"cell_type": "markdown", "source": ["x" * 200]},
+            {"cell_type": "code", "source": ["a = 1\n", "b = '" + "y" * 80 + "'\n"]},
+        ]
+    }
     assert long_code_lines(nb) == ["cell 1 line 1: 86 chars"]
 
 

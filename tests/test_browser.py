@@ -85,9 +85,17 @@ def html(tmp_path_factory):
     (out / "_config.yml").write_text(yaml.safe_dump(config))
     proc = subprocess.run(
         [
-            str(pathlib.Path(sys.executable).parent / "jupyter-book"), "build", "--all", str(ROOT),
-            "--config", str(out / "_config.yml"), "--path-output", str(out),
-            "-W", "-n", "--keep-going",
+            str(pathlib.Path(sys.executable).parent / "jupyter-book"),
+            "build",
+            "--all",
+            str(ROOT),
+            "--config",
+            str(out / "_config.yml"),
+            "--path-output",
+            str(out),
+            "-W",
+            "-n",
+            "--keep-going",
         ],
         capture_output=True,
         text=True,
@@ -227,8 +235,10 @@ def test_page_renders(page, html, browser):
     report = _page_report(browser, path)
     has_mathjax = report["hasMathjax"]
     # Every display equation fits the text column at 1280 px (break long ones with aligned).
-    assert not report["wideMath"], f"{len(report['wideMath'])} of {report['display']} display equations " \
+    assert not report["wideMath"], (
+        f"{len(report['wideMath'])} of {report['display']} display equations "
         f"are wider than the column: {report['wideMath']}"
+    )
 
     chapter = pathlib.Path(page).name[:2].isdigit()
     if chapter or report["mathMarkup"]:
@@ -268,16 +278,19 @@ def test_page_never_scrolls_sideways_on_a_phone(page, html, browser):
     report = _page_report(browser, html / f"{page}.html")["phone"]
     assert report["windowWidth"] == PHONE_WIDTH
     assert report["pageWidth"] <= report["windowWidth"], (
-        f"the page is {report['pageWidth']} px wide in a {report['windowWidth']} px window")
+        f"the page is {report['pageWidth']} px wide in a {report['windowWidth']} px window"
+    )
 
 
 def test_width_checks_catch_a_wide_equation_and_a_wide_page(html, browser):
     page = html / "_width_check.html"
     tex = " + ".join(f"x_{{{i}}}" for i in range(200))
     mathjax = html / "_static" / "mathjax" / "tex-chtml.js"
-    page.write_text(f"<html><body><div style='width:300px'>\\[{tex}\\]</div>"
-                    f"<pre style='white-space:pre'>{'y' * 400}</pre>"
-                    f"<script src='{mathjax.as_uri()}'></script></body></html>")  # the book's own MathJax
+    page.write_text(
+        f"<html><body><div style='width:300px'>\\[{tex}\\]</div>"
+        f"<pre style='white-space:pre'>{'y' * 400}</pre>"
+        f"<script src='{mathjax.as_uri()}'></script></body></html>"
+    )  # the book's own MathJax
     tab, _, report = _open(browser, page, 400)
     tab.close()
     assert report["display"] == 1 and len(report["wideMath"]) == 1
@@ -295,11 +308,13 @@ def test_wide_box_check_catches_a_long_line_and_a_wide_table(html, browser):
     purpose are not."""
     page = html / "_box_check.html"
     cell = "<td style='white-space:nowrap'>" + "9" * 120 + "</td>"
-    page.write_text("<html><body><main><div style='width:690px'>"
-                    f"<pre style='overflow:auto'>{'y' * 200}</pre><pre>short</pre>"
-                    f"<table><tr>{cell}</tr></table><table><tr><td>1</td></tr></table>"
-                    f"<div class='wide' style='overflow:auto'><table><tr>{cell}</tr></table></div>"
-                    "</div></main></body></html>")
+    page.write_text(
+        "<html><body><main><div style='width:690px'>"
+        f"<pre style='overflow:auto'>{'y' * 200}</pre><pre>short</pre>"
+        f"<table><tr>{cell}</tr></table><table><tr><td>1</td></tr></table>"
+        f"<div class='wide' style='overflow:auto'><table><tr>{cell}</tr></table></div>"
+        "</div></main></body></html>"
+    )
     tab, _, report = _open(browser, page, 1280)
     tab.close()
     assert [b.split(":")[0] for b in report["wideBoxes"]] == ["pre", "table"], report["wideBoxes"]
@@ -360,8 +375,9 @@ def test_menu_check_fires_when_a_hidden_button_comes_first(html, browser):
     """Control: the bug itself. The theme binds the first ``.primary-toggle`` in the page; with
     a hidden one ahead of the visible ☰ (as the persistent header put it) the drawer stays shut."""
     page = html / "book" / "_menu_check.html"
-    page.write_text(_at_body_start(html / "book" / "02_gmm.html",
-                                   "<button class='primary-toggle' style='display:none'></button>"))
+    page.write_text(
+        _at_body_start(html / "book" / "02_gmm.html", "<button class='primary-toggle' style='display:none'></button>")
+    )
     tab, after = _menu_opens(browser, page)
     tab.close()
     assert not after["drawerOpen"]
@@ -385,8 +401,9 @@ def test_one_search_field(html, browser, width):
 def test_search_field_check_fires_on_a_second_field(html, browser):
     """Control: a page with a second, visible search field counts two."""
     page = html / "book" / "_search_check.html"
-    page.write_text(_at_body_start(html / "book" / "02_gmm.html",
-                                   "<button class='search-button-field'>Search</button>"))
+    page.write_text(
+        _at_body_start(html / "book" / "02_gmm.html", "<button class='search-button-field'>Search</button>")
+    )
     assert _search_fields(browser, page, 1280) == 2
 
 
@@ -407,7 +424,8 @@ def test_tex_and_doubled_name_checks_fire(html, browser):
         "<p>By Proposition <a href='#p'>Proposition 15.4</a>, the gradient is a softmax.</p>"
         "<script src='https://cdn.example.invalid/require.min.js'></script>"
         "<script>const THEBE_JS_URL = 1;</script><script>const THEBE_JS_URL = 1;</script>"
-        f"<script src='{mathjax.as_uri()}'></script></body></html>")
+        f"<script src='{mathjax.as_uri()}'></script></body></html>"
+    )
     tab, has_mathjax, report = _open(browser, page, 1280)
     tab.close()
     assert any("THEBE_JS_URL" in e for e in report["jsErrors"])
@@ -419,7 +437,8 @@ def test_tex_and_doubled_name_checks_fire(html, browser):
     page.write_text(
         "<html><body><p>Typeset: <span class='math'>\\(\\beta x\\)</span>.</p>"
         "<p>By <a href='#p'>Proposition 15.4</a>, the gradient is a softmax.</p>"
-        f"<script src='{mathjax.as_uri()}'></script></body></html>")
+        f"<script src='{mathjax.as_uri()}'></script></body></html>"
+    )
     tab, _, report = _open(browser, page, 1280)
     tab.close()
     assert not report["rawTex"] and not report["doubled"] and not report["external"]
@@ -498,9 +517,12 @@ def _path_like(alt, src):
     """Alt text that says nothing: empty, a file name or a path (Sphinx's default is the URI).
     A description may contain a slash ("from 1/N to 1"); a path has no spaces."""
     alt = alt.strip()
-    return (not alt or alt == src.rsplit("/", 1)[-1]
-            or (not re.search(r"\s", alt) and ("/" in alt or "\\" in alt))
-            or re.search(r"\.(png|jpe?g|gif|svg|pdf)$", alt, re.I) is not None)
+    return (
+        not alt
+        or alt == src.rsplit("/", 1)[-1]
+        or (not re.search(r"\s", alt) and ("/" in alt or "\\" in alt))
+        or re.search(r"\.(png|jpe?g|gif|svg|pdf)$", alt, re.I) is not None
+    )
 
 
 def _uncaptioned(images):
@@ -531,8 +553,7 @@ def test_images_readable_in_the_column(page, html, browser):
     assert not _distorted(images), f"images drawn out of shape: {_distorted(images)}"
 
 
-@pytest.mark.parametrize("page", [_figures_param(p) for p in _toc_pages()
-                                  if pathlib.Path(p).name[:2].isdigit()])
+@pytest.mark.parametrize("page", [_figures_param(p) for p in _toc_pages() if pathlib.Path(p).name[:2].isdigit()])
 def test_chapter_images_are_captioned_figures(page, html, browser):
     """Every image in a chapter has alt text that describes it (not its file path) and sits in
     a numbered figure with a caption (MyST-NB cell metadata ``mystnb: figure: {caption, name}``
@@ -560,8 +581,10 @@ def test_figure_checks_fire(html, browser):
     page = html / "_figure_check.html"
 
     def figure(img, caption="A flat black bar."):
-        return (f"<figure>{img}<figcaption><p><span class='caption-number'>Fig. 1 </span>"
-                f"<span class='caption-text'>{caption}</span></p></figcaption></figure>")
+        return (
+            f"<figure>{img}<figcaption><p><span class='caption-number'>Fig. 1 </span>"
+            f"<span class='caption-text'>{caption}</span></p></figcaption></figure>"
+        )
 
     # as Sphinx writes a MyST-NB figure's display size: an inline style
     retina = figure(f"<img src='{src}' style='width: 700px; height: 10px;' alt='A black bar.'>")
@@ -572,7 +595,8 @@ def test_figure_checks_fire(html, browser):
         # retina, meant for 700 px, squeezed into 300 px
         "squeezed": f"<div style='width:300px'><img src='{src}' width='700' height='10' alt='A bar.'></div>",
         # drawn out of shape: a height kept while the width shrinks
-        "distorted": f"<div style='width:690px'><img src='{src}' style='width:300px;height:20px !important' alt='A bar.'></div>",
+        "distorted": f"<div style='width:690px'><img src='{src}' style='width:300px;height:20px !important' alt='A"
+        " bar.'></div>",
         # retina at its display width (700 px in a 690 px column: 1.01x) in a captioned figure
         "retina": f"<div style='width:690px'>{retina}</div>",
         # small: meant for 300 px, shown at 300 px
@@ -584,8 +608,9 @@ def test_figure_checks_fire(html, browser):
     }
     found = {}
     for name, body in cases.items():
-        page.write_text(f"<html><head>{css}</head><body><main><article class='bd-article'>{body}</article>"
-                        "</main></body></html>")
+        page.write_text(
+            f"<html><head>{css}</head><body><main><article class='bd-article'>{body}</article></main></body></html>"
+        )
         images = _images(browser, page)
         assert len(images) == 1 and images[0]["natural"] == 1400, (name, images)
         found[name] = (bool(_shrunk(images)), bool(_uncaptioned(images)), bool(_distorted(images)))
@@ -594,11 +619,25 @@ def test_figure_checks_fire(html, browser):
     assert found["path alt"][1] and found["no caption"][1] and found["wide"][1]
     assert not found["retina"][1] and not found["small"][1]
     assert found["distorted"][2] and not any(found[k][2] for k in found if k != "distorted")
-    alts = {a: _path_like(a, "../_images/abc123.png") for a in
-            ["", "../_images/abc123.png", "abc123.png", "figure.svg", "A scatter of points.",
-             "A curve rising from 1/N to 1."]}
-    assert alts == {"": True, "../_images/abc123.png": True, "abc123.png": True, "figure.svg": True,
-                    "A scatter of points.": False, "A curve rising from 1/N to 1.": False}
+    alts = {
+        a: _path_like(a, "../_images/abc123.png")
+        for a in [
+            "",
+            "../_images/abc123.png",
+            "abc123.png",
+            "figure.svg",
+            "A scatter of points.",
+            "A curve rising from 1/N to 1.",
+        ]
+    }
+    assert alts == {
+        "": True,
+        "../_images/abc123.png": True,
+        "abc123.png": True,
+        "figure.svg": True,
+        "A scatter of points.": False,
+        "A curve rising from 1/N to 1.": False,
+    }
 
 
 def test_every_page_screenshotted(html, browser):

@@ -98,9 +98,7 @@ def test_weights_are_minus_energy_gradient(seed):
 
 def test_logsumexp_per_child():
     sim = np.random.default_rng(3).normal(size=(4, 3, 5))
-    np.testing.assert_allclose(
-        core.logsumexp(sim), np.log(np.exp(sim).sum(-1)), rtol=1e-13
-    )
+    np.testing.assert_allclose(core.logsumexp(sim), np.log(np.exp(sim).sum(-1)), rtol=1e-13)
 
 
 def test_energy_under_jit_and_vmap():
@@ -166,9 +164,7 @@ def random_graph(seed, A=9, d=3):
         # self-attention-like: the same nodes are children and parents
         core.EnergyTerm(c_self, c_self, lambda a, b: a @ W @ b, name="self"),
         # Gaussian-like, children and parents partly overlapping
-        core.EnergyTerm(
-            np.arange(0, 6), np.arange(3, A), lambda a, b: -0.5 * jnp.sum((a - b) ** 2), name="gauss"
-        ),
+        core.EnergyTerm(np.arange(0, 6), np.arange(3, A), lambda a, b: -0.5 * jnp.sum((a - b) ** 2), name="gauss"),
         # nonlinear, masked, one node appearing twice among the children
         core.EnergyTerm(
             np.array([1, 4, 4, 8]),
@@ -186,20 +182,14 @@ def random_graph(seed, A=9, d=3):
 def test_graph_gradient_equals_autodiff(seed):
     terms, nodes = random_graph(seed)
     assert_gradient(
-        lambda v: core.graph_energy(terms, v),
-        lambda v: core.graph_gradient(terms, v),
-        nodes,
-        rtol=1e-10,
-        fd_rtol=1e-6,
+        lambda v: core.graph_energy(terms, v), lambda v: core.graph_gradient(terms, v), nodes, rtol=1e-10, fd_rtol=1e-6
     )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_graph_energy_is_sum_of_terms(seed):
     terms, nodes = random_graph(seed)
-    total = sum(
-        float(core.energy(core.sim_matrix(t, nodes), t.mask)) for t in terms
-    )
+    total = sum(float(core.energy(core.sim_matrix(t, nodes), t.mask)) for t in terms)
     np.testing.assert_allclose(core.graph_energy(terms, nodes), total, rtol=1e-14)
 
 
@@ -341,15 +331,19 @@ def test_host_flatten_and_unravel_agree_with_ravel_pytree():
     from lse_energy.testing import _flat, _unravel
 
     rng = np.random.default_rng(2)
-    tree = {"b": (jnp.asarray(rng.normal(size=(3, 2))), np.float64(0.5)), "a": [jnp.asarray(rng.normal(size=5))],
-            "c": jnp.asarray(rng.normal(size=(2, 1, 2)), jnp.float32)}
+    tree = {
+        "b": (jnp.asarray(rng.normal(size=(3, 2))), np.float64(0.5)),
+        "a": [jnp.asarray(rng.normal(size=5))],
+        "c": jnp.asarray(rng.normal(size=(2, 1, 2)), jnp.float32),
+    }
     ref, ref_unravel = ravel_pytree(tree)
     flat = _flat(tree)
     assert flat.dtype == ref.dtype and flat.shape == ref.shape
     np.testing.assert_array_equal(flat, np.asarray(ref))
     v = jnp.asarray(rng.normal(size=flat.size))
-    for ours, theirs in zip(jax.tree_util.tree_leaves(jax.jit(_unravel(tree))(v)),
-                            jax.tree_util.tree_leaves(ref_unravel(v))):
+    for ours, theirs in zip(
+        jax.tree_util.tree_leaves(jax.jit(_unravel(tree))(v)), jax.tree_util.tree_leaves(ref_unravel(v))
+    ):
         assert ours.shape == theirs.shape and ours.dtype == theirs.dtype
         np.testing.assert_array_equal(np.asarray(ours), np.asarray(theirs))
     assert _flat({}).size == 0
@@ -446,13 +440,15 @@ def test_random_normal_draws_jax_random_normals_numbers(shape, dtype):
         assert not np.array_equal(np.asarray(core.random_normal(jax.random.key(8), shape, dtype)), np.asarray(ref))
 
 
-@pytest.mark.parametrize("make_key", [lambda: jax.random.PRNGKey(3), lambda: jax.random.key(3, impl="rbg")],
-                         ids=["raw-threefry", "rbg"])
+@pytest.mark.parametrize(
+    "make_key", [lambda: jax.random.PRNGKey(3), lambda: jax.random.key(3, impl="rbg")], ids=["raw-threefry", "rbg"]
+)
 def test_random_normal_matches_for_other_keys(make_key):
     # a raw uint32 threefry key shares the padded draw; another generator is called as it is
     for shape in [(7,), (3, 5), (2, 2, 3)]:
-        np.testing.assert_array_equal(np.asarray(core.random_normal(make_key(), shape)),
-                                      np.asarray(jax.random.normal(make_key(), shape)))
+        np.testing.assert_array_equal(
+            np.asarray(core.random_normal(make_key(), shape)), np.asarray(jax.random.normal(make_key(), shape))
+        )
 
 
 @pytest.mark.parametrize("shape", [(), (17,), (4, 3), (2, 3, 4), (3, 0, 2)])
@@ -461,13 +457,17 @@ def test_random_uniform_draws_jax_random_uniforms_numbers(shape, dtype, bounds):
     key = jax.random.key(5)
     args = (() if dtype is None else (dtype,)) + bounds
     ref = jax.random.uniform(key, shape, *args) if dtype is not None else jax.random.uniform(key, shape)
-    for got in (core.random_uniform(key, shape, dtype, *bounds),
-                jax.jit(lambda k: core.random_uniform(k, shape, dtype, *bounds))(key)):
+    for got in (
+        core.random_uniform(key, shape, dtype, *bounds),
+        jax.jit(lambda k: core.random_uniform(k, shape, dtype, *bounds))(key),
+    ):
         assert got.shape == ref.shape and got.dtype == ref.dtype
         np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
     lo = jnp.zeros(shape)  # array bounds go to jax.random.uniform as they are
-    np.testing.assert_array_equal(np.asarray(core.random_uniform(key, shape, None, lo, 2.0)),
-                                  np.asarray(jax.random.uniform(key, shape, minval=lo, maxval=2.0)))
+    np.testing.assert_array_equal(
+        np.asarray(core.random_uniform(key, shape, None, lo, 2.0)),
+        np.asarray(jax.random.uniform(key, shape, minval=lo, maxval=2.0)),
+    )
 
 
 def test_random_normal_under_jit_and_vmap():

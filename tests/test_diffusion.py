@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy.special import logsumexp as np_logsumexp
 
-from lse_energy import core, diffusion as df
+from lse_energy import core
+from lse_energy import diffusion as df
 from lse_energy.experiments import diffusion_mlp as dmlp
 from lse_energy.testing import assert_gradient
 
@@ -92,8 +93,10 @@ def test_reverse_mean_with_true_noise_is_posterior_mean(seed):
     tt = np.asarray(t)
     a, bt = np.asarray(sch.alphas)[tt - 1], np.asarray(sch.betas)[tt - 1]
     prec = 1 / (1 - ab[tt - 1]) + a / bt
-    mean = (np.sqrt(ab[tt - 1])[:, None] * np.asarray(x0) / (1 - ab[tt - 1])[:, None]
-            + (np.sqrt(a) / bt)[:, None] * np.asarray(xt)) / prec[:, None]
+    mean = (
+        np.sqrt(ab[tt - 1])[:, None] * np.asarray(x0) / (1 - ab[tt - 1])[:, None]
+        + (np.sqrt(a) / bt)[:, None] * np.asarray(xt)
+    ) / prec[:, None]
     np.testing.assert_allclose(mu_post, mean, rtol=1e-10)
     np.testing.assert_allclose(var_post, 1 / prec, rtol=1e-10)
 
@@ -121,8 +124,7 @@ def test_ideal_energy_is_minus_log_density(seed):
     ab = np.asarray(sch.alpha_bars)[np.asarray(t) - 1]
     n, d = data.shape
     diff = np.asarray(x)[:, None, :] - np.sqrt(ab)[:, None, None] * np.asarray(data)[None]
-    logpdf = (-np.sum(diff**2, -1) / (2 * (1 - ab))[:, None]
-              - 0.5 * d * np.log(2 * np.pi * (1 - ab))[:, None])
+    logpdf = -np.sum(diff**2, -1) / (2 * (1 - ab))[:, None] - 0.5 * d * np.log(2 * np.pi * (1 - ab))[:, None]
     log_p = np_logsumexp(logpdf, axis=1) - np.log(n)
     np.testing.assert_allclose(df.ideal_log_density(data, sch, x, t), log_p, rtol=1e-12)
     const = np.sum(np.log(n) + 0.5 * d * np.log(2 * np.pi * (1 - ab)))
@@ -133,11 +135,7 @@ def test_ideal_energy_is_minus_log_density(seed):
 def test_ideal_score_is_minus_gradient_of_energy(seed):
     sch, data, x, t = instance(seed)
     assert_gradient(
-        lambda y: df.energy(data, sch, y, t),
-        lambda y: -df.ideal_score(data, sch, y, t),
-        x,
-        rtol=1e-10,
-        fd_rtol=1e-6,
+        lambda y: df.energy(data, sch, y, t), lambda y: -df.ideal_score(data, sch, y, t), x, rtol=1e-10, fd_rtol=1e-6
     )
 
 
@@ -149,9 +147,7 @@ def test_ideal_denoiser_is_bayes_posterior_mean(seed):
     ab = np.asarray(sch.alpha_bars)[np.asarray(t) - 1]
     out = np.empty_like(X)
     for b in range(X.shape[0]):
-        loglik = np.array([
-            -np.sum((X[b] - np.sqrt(ab[b]) * xi) ** 2) / (2 * (1 - ab[b])) for xi in D
-        ])
+        loglik = np.array([-np.sum((X[b] - np.sqrt(ab[b]) * xi) ** 2) / (2 * (1 - ab[b])) for xi in D])
         post = np.exp(loglik - loglik.max())
         post /= post.sum()
         out[b] = post @ D
@@ -165,8 +161,7 @@ def test_tweedie_and_epsilon(seed):
     score = df.ideal_score(data, sch, x, t)
     den = df.ideal_denoiser(data, sch, x, t)
     np.testing.assert_allclose((x + (1 - ab) * score) / jnp.sqrt(ab), den, rtol=1e-10, atol=1e-12)
-    np.testing.assert_allclose(df.ideal_epsilon(data, sch, x, t), -jnp.sqrt(1 - ab) * score,
-                               rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(df.ideal_epsilon(data, sch, x, t), -jnp.sqrt(1 - ab) * score, rtol=1e-10, atol=1e-12)
     # built on core.weights with the documented similarity
     sim = -jnp.sum((x[:, None] - jnp.sqrt(ab)[:, :, None] * data[None]) ** 2, -1) / (2 * (1 - ab))
     np.testing.assert_allclose(den, core.weights(sim) @ data, rtol=1e-13)
@@ -198,8 +193,10 @@ def test_ideal_epsilon_minimises_simplified_loss(seed):
     delta = 10 * se / g2 * 2
     base = float(df.denoising_loss(df.ideal_epsilon, data, sch, x0, t, eps))
     for s in (+1, -1):
-        pert = lambda p, sc, y, tt: df.ideal_epsilon(p, sc, y, tt) + s * delta * jnp.tanh(
-            y @ jnp.ones((3, 3)) + 0.1 * tt[:, None])
+
+        def pert(p, sc, y, tt, s=s):
+            return df.ideal_epsilon(p, sc, y, tt) + s * delta * jnp.tanh(y @ jnp.ones((3, 3)) + 0.1 * tt[:, None])
+
         assert float(df.denoising_loss(pert, data, sch, x0, t, eps)) > base
 
 
@@ -313,5 +310,4 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="kind"):
         df.sigmas(sch, "ddim")
     with pytest.raises(ValueError, match="optimizer"):
-        dmlp.fit(dmlp.init_params(3, key=jax.random.key(0)), data, sch, object(),
-                   key=jax.random.key(0), n_steps=2)
+        dmlp.fit(dmlp.init_params(3, key=jax.random.key(0)), data, sch, object(), key=jax.random.key(0), n_steps=2)

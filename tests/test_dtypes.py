@@ -34,16 +34,31 @@ if str(HERE) not in sys.path:
 
 import test_validation as V  # noqa: E402  (valid-argument factories)
 
-from lse_energy import attention, diffusion, gmm, hopfield, rbm, sharding, slds, slot_attention  # noqa: E402
-from lse_energy import lif, population  # noqa: E402
-from lse_energy import expanding, structural  # noqa: E402
+from lse_energy import (  # noqa: E402  # noqa: E402  # noqa: E402  # noqa: E402
+    adversarial,  # noqa: E402
+    anpc,
+    attention,
+    diffusion,
+    embedding,  # noqa: E402
+    expanding,
+    gan,
+    gmm,
+    gru,
+    hopfield,
+    lif,
+    pcn,
+    population,
+    rbm,
+    sharding,
+    slds,
+    slot_attention,
+    structural,
+    vae,
+)
+from lse_energy import autoencoder as ae_mod  # noqa: E402
+from lse_energy import mixture_pc as mpc  # noqa: E402
 from lse_energy.experiments import diffusion_mlp as dmlp  # noqa: E402
 from lse_energy.experiments import structural_tasks as toy  # noqa: E402
-from lse_energy import anpc, gan, gru, pcn, vae  # noqa: E402
-from lse_energy import adversarial  # noqa: E402
-from lse_energy import autoencoder as ae_mod  # noqa: E402
-from lse_energy import embedding  # noqa: E402
-from lse_energy import mixture_pc as mpc  # noqa: E402
 
 DTYPES = ("float32", "float64")
 
@@ -58,8 +73,15 @@ def _slot_fit():
 
 
 def _diffusion_fit():
-    return dict(params=V.diffusion_mlp()["params"], data=V._normal((8, 2)), schedule=diffusion.linear_schedule(20),
-                optimizer=optax.adam(1e-3), key=V.KEY, n_steps=2, batch_size=4)
+    return dict(
+        params=V.diffusion_mlp()["params"],
+        data=V._normal((8, 2)),
+        schedule=diffusion.linear_schedule(20),
+        optimizer=optax.adam(1e-3),
+        key=V.KEY,
+        n_steps=2,
+        batch_size=4,
+    )
 
 
 def _expanding():
@@ -68,8 +90,15 @@ def _expanding():
 
 def _gan_fit():
     a = V.gan_args()
-    return dict(params=a["params"], data=a["x"], key=V.KEY, d_optimizer=optax.adam(1e-3),
-                g_optimizer=optax.adam(1e-3), n_steps=2, batch_size=2)
+    return dict(
+        params=a["params"],
+        data=a["x"],
+        key=V.KEY,
+        d_optimizer=optax.adam(1e-3),
+        g_optimizer=optax.adam(1e-3),
+        n_steps=2,
+        batch_size=2,
+    )
 
 
 DRIVERS = {
@@ -135,7 +164,26 @@ def test_registry_names_every_fit():
     import inspect
 
     missing = []
-    for mod in (gru, ae_mod, gmm, sharding, slds, hopfield, attention, slot_attention, rbm, mpc, pcn, anpc, diffusion, dmlp, toy, embedding, gan, vae):
+    for mod in (
+        gru,
+        ae_mod,
+        gmm,
+        sharding,
+        slds,
+        hopfield,
+        attention,
+        slot_attention,
+        rbm,
+        mpc,
+        pcn,
+        anpc,
+        diffusion,
+        dmlp,
+        toy,
+        embedding,
+        gan,
+        vae,
+    ):
         for fname, f in inspect.getmembers(mod, inspect.isfunction):
             if f.__module__ != mod.__name__ or fname.startswith("_"):
                 continue
@@ -156,8 +204,9 @@ def test_driver_keeps_the_input_dtype_with_x64(name, dtype):
 @pytest.fixture(scope="module")
 def x64_off_results():
     env = {**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600,
-                          cwd=str(HERE.parent))
+    proc = subprocess.run(
+        [sys.executable, __file__], capture_output=True, text=True, env=env, timeout=600, cwd=str(HERE.parent)
+    )
     assert proc.returncode == 0, proc.stderr[-4000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 

@@ -43,8 +43,11 @@ def test_grad_softmax_loss(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_negative_sampling_loss(seed):
     params, counts, noise = _instance(seed)
-    assert_gradient(lambda p: emb.negative_sampling_loss(p, counts, noise, 3),
-                    lambda p: emb.grad_negative_sampling_loss(p, counts, noise, 3), params)
+    assert_gradient(
+        lambda p: emb.negative_sampling_loss(p, counts, noise, 3),
+        lambda p: emb.grad_negative_sampling_loss(p, counts, noise, 3),
+        params,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -93,8 +96,9 @@ def test_loss_is_minus_data_term_minus_energy(seed):
     S = np.asarray(params.U) @ np.asarray(params.V).T
     E_brute = -np.sum(np.asarray(counts).sum(1) * np.log(np.exp(S).sum(1)))
     np.testing.assert_allclose(float(emb.energy(params, counts)), E_brute, rtol=1e-12)
-    np.testing.assert_allclose(float(emb.softmax_loss(params, counts)),
-                               -np.sum(np.asarray(counts) * S) - E_brute, rtol=1e-12)
+    np.testing.assert_allclose(
+        float(emb.softmax_loss(params, counts)), -np.sum(np.asarray(counts) * S) - E_brute, rtol=1e-12
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -115,8 +119,9 @@ def test_sampled_negative_sampling_loss_loop():
     rng = np.random.default_rng(3)
     c, o, neg = rng.integers(0, 6, 10), rng.integers(0, 6, 10), rng.integers(0, 6, (10, 3))
     U, V = np.asarray(params.U), np.asarray(params.V)
-    ref = sum(np.log1p(np.exp(-U[c[i]] @ V[o[i]])) + sum(np.log1p(np.exp(U[c[i]] @ V[j])) for j in neg[i])
-              for i in range(10))
+    ref = sum(
+        np.log1p(np.exp(-U[c[i]] @ V[o[i]])) + sum(np.log1p(np.exp(U[c[i]] @ V[j])) for j in neg[i]) for i in range(10)
+    )
     got = emb.sampled_negative_sampling_loss(params, jnp.asarray(c), jnp.asarray(o), jnp.asarray(neg))
     np.testing.assert_allclose(float(got), ref, rtol=1e-12)
 
@@ -164,8 +169,9 @@ def test_ring_transition_and_chain():
 def test_cosine_similarity_sklearn():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(5, 3)), rng.normal(size=(4, 3))
-    np.testing.assert_allclose(np.asarray(emb.cosine_similarity(jnp.asarray(a), jnp.asarray(b))), sk_cosine(a, b),
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(emb.cosine_similarity(jnp.asarray(a), jnp.asarray(b))), sk_cosine(a, b), rtol=1e-12, atol=1e-14
+    )
 
 
 def test_analogy_loop():
@@ -207,8 +213,13 @@ def test_fit_matches_optax_loop_and_descends(objective):
     if objective == "softmax":
         loss, grad = (lambda p: emb.softmax_loss(p, counts)), (lambda p: emb.grad_softmax_loss(p, counts))
     else:
-        loss = lambda p: emb.negative_sampling_loss(p, counts, noise, 3)
-        grad = lambda p: emb.grad_negative_sampling_loss(p, counts, noise, 3)
+
+        def loss(p):
+            return emb.negative_sampling_loss(p, counts, noise, 3)
+
+        def grad(p):
+            return emb.grad_negative_sampling_loss(p, counts, noise, 3)
+
     p, s, values = p0, opt.init(p0), []
     total = float(counts.sum())
     for _ in range(60):

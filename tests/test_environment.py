@@ -60,8 +60,9 @@ def problems(texts) -> list[str]:
     for name in sorted(set(locked) | set(env)):
         a, b = locked.get(name), env.get(name)
         if a is None or b is None or (a.version, a.marker) != (b.version, b.marker):
-            out.append(f"environment.yml: {name} is {b.line if b else 'missing'}, the lock has "
-                       f"{a.line if a else 'nothing'}")
+            out.append(
+                f"environment.yml: {name} is {b.line if b else 'missing'}, the lock has {a.line if a else 'nothing'}"
+            )
     if texts["environment.yml"] != locktools.render_environment(texts["requirements/lock.txt"]):
         out.append("environment.yml is not what `nox -s lock` generates from the lock")
     return out
@@ -86,11 +87,12 @@ def test_pyproject_lock_and_environment_agree():
 )
 def test_mismatched_copy_fails(tmp_path, file, old, new, expected):
     texts = _texts()
-    for name in (["requirements/lock.txt", "environment.yml"] if file == "both" else [file]):
+    for name in ["requirements/lock.txt", "environment.yml"] if file == "both" else [file]:
         text = texts[name]
         if name == "environment.yml":  # its pins are list items; the edit keeps them one per line
-            new_text = re.sub(rf"(?m)^(\s+- ){re.escape(old)}", lambda m: m[1] + new.replace("\n", "\n" + m[1]), text,
-                              count=1)
+            new_text = re.sub(
+                rf"(?m)^(\s+- ){re.escape(old)}", lambda m: m[1] + new.replace("\n", "\n" + m[1]), text, count=1
+            )
         elif name == "pyproject.toml":
             new_text = text.replace(old, new, 1)
         else:
@@ -129,8 +131,11 @@ def test_python_version_agrees():
 
 def test_postbuild_installs_only_the_package():
     """environment.yml holds every dependency at its locked version; postBuild must not move any."""
-    commands = [line for line in (ROOT / "postBuild").read_text().splitlines()
-                if line.strip() and not line.startswith("#") and "pip " in line]
+    commands = [
+        line
+        for line in (ROOT / "postBuild").read_text().splitlines()
+        if line.strip() and not line.startswith("#") and "pip " in line
+    ]
     assert commands == ["python -m pip install --no-deps -e ."]
 
 

@@ -30,6 +30,7 @@ REGISTRY = store.registry()
 
 # --- every registered experiment ------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", sorted(REGISTRY))
 def test_stored_file_is_complete_and_made_with_todays_settings(name):
     exp = REGISTRY[name]
@@ -122,16 +123,23 @@ def tiny(tmp_path_factory):
 
 def _strip(doc):
     """A stored document without what differs between two runs of the same program (times, dates)."""
-    return {k: {kk: {f: v for f, v in c.items() if f not in ("seconds", "finished")} for kk, c in doc[k].items()}
-            if k == "cells" else doc[k] for k in doc if k != "seconds"}
+    return {
+        k: {kk: {f: v for f, v in c.items() if f not in ("seconds", "finished")} for kk, c in doc[k].items()}
+        if k == "cells"
+        else doc[k]
+        for k in doc
+        if k != "seconds"
+    }
 
 
 def test_a_killed_run_resumes_to_the_same_file(tiny, tmp_path):
     d, mod = tiny
     whole = store.run(mod.TINY, tmp_path / "whole", log=lambda _: None)
     assert whole["complete"] and len(whole["cells"]) == 4
-    script = ("import sys; sys.path.insert(0, %r); import tiny_exp; from lse_energy.experiments import store; "
-              "store.run(tiny_exp.TINY, %r, settings=dict(tiny_exp.TINY.settings, sleep=%s))")
+    script = (
+        "import sys; sys.path.insert(0, %r); import tiny_exp; from lse_energy.experiments import store; "
+        "store.run(tiny_exp.TINY, %r, settings=dict(tiny_exp.TINY.settings, sleep=%s))"
+    )
     out = tmp_path / "killed"
     path = out / "tiny.json"
     # each cell sleeps 3 s after its work; kill the run once two cells are stored
@@ -160,7 +168,8 @@ def test_a_killed_run_resumes_to_the_same_file(tiny, tmp_path):
     resumed = store.run(mod.TINY, out, settings=dict(mod.TINY.settings, sleep=3.0), log=logs.append)
     assert logs == [f"tiny: resuming, {len(part['cells'])} of 4 cells stored"]
     assert {k: v["finished"] for k, v in resumed["cells"].items() if k in part["cells"]} == {
-        k: v["finished"] for k, v in part["cells"].items()}  # stored cells were kept, not rerun
+        k: v["finished"] for k, v in part["cells"].items()
+    }  # stored cells were kept, not rerun
     want, got = _strip(whole), _strip(resumed)
     want["settings"]["sleep"] = got["settings"]["sleep"]
     assert got["cells"].keys() == want["cells"].keys()
@@ -194,6 +203,7 @@ def test_the_replay_check_fires_on_a_result_changing_edit(tiny, tmp_path):
 
 
 # --- ch09's settings and helpers ------------------------------------------------------------------------------
+
 
 def test_plateau_criterion():
     steps = np.arange(1000)

@@ -112,8 +112,12 @@ def test_discriminator_gradient_is_softmax_weight_minus_label(seed):
         q = p._replace(discriminator=th)
         a_r, a_f = gan.logit(q, x), gan.logit(q, g)
         w = jnp.concatenate([gan.grad_logistic_loss(a_r, jnp.ones(4)), gan.grad_logistic_loss(a_f, jnp.zeros(4))])
-        _, vjp = jax.vjp(lambda t: jnp.concatenate([gan.logit(p._replace(discriminator=t), x),
-                                                    gan.logit(p._replace(discriminator=t), g)]), th)
+        _, vjp = jax.vjp(
+            lambda t: jnp.concatenate(
+                [gan.logit(p._replace(discriminator=t), x), gan.logit(p._replace(discriminator=t), g)]
+            ),
+            th,
+        )
         return vjp(w)[0]
 
     assert_gradient(ld, analytic, p.discriminator)
@@ -135,8 +139,9 @@ def test_mixture_log_density_against_scipy(d):
     centers, std = r.normal(size=(4, d)), 0.7
     x = r.normal(size=(9, d))
     expected = np.log(np.mean([multivariate_normal(c, std**2 * np.eye(d)).pdf(x) for c in centers], axis=0))
-    np.testing.assert_allclose(gan.mixture_log_density(jnp.asarray(x), jnp.asarray(centers), std),
-                               expected.reshape(-1), rtol=1e-10)
+    np.testing.assert_allclose(
+        gan.mixture_log_density(jnp.asarray(x), jnp.asarray(centers), std), expected.reshape(-1), rtol=1e-10
+    )
 
 
 def test_sample_mixture_moments():
@@ -151,8 +156,9 @@ def test_ring_centers_and_coverage_brute_force():
     c = np.asarray(gan.ring_centers(8, 2.0))
     np.testing.assert_allclose(np.linalg.norm(c, axis=1), 2.0, rtol=1e-14)
     r = rng(1)
-    s = np.concatenate([c[0] + 0.01 * r.normal(size=(50, 2)), c[3] + 0.3 * r.normal(size=(30, 2)),
-                        r.normal(size=(20, 2))])
+    s = np.concatenate(
+        [c[0] + 0.01 * r.normal(size=(50, 2)), c[3] + 0.3 * r.normal(size=(30, 2)), r.normal(size=(20, 2))]
+    )
     cov = gan.mode_coverage(jnp.asarray(s), jnp.asarray(c), 0.05, min_fraction=0.05)
     counts = np.zeros(8, int)
     good = 0
@@ -176,8 +182,16 @@ def test_fixed_generator_discriminator_approaches_optimum():
     p0 = gan.init_params(1, 1, key=jax.random.key(0), generator_hidden=())
     p0 = p0._replace(generator=gan.MLP((jnp.asarray([[1.5]]),), (jnp.zeros(1),)))
     opt = optax.adam(optax.cosine_decay_schedule(1e-2, 2000))
-    r = gan.fit(p0, data, key=jax.random.key(2), d_optimizer=opt, g_optimizer=opt, n_steps=2000, batch_size=256,
-                train_generator=False)
+    r = gan.fit(
+        p0,
+        data,
+        key=jax.random.key(2),
+        d_optimizer=opt,
+        g_optimizer=opt,
+        n_steps=2000,
+        batch_size=256,
+        train_generator=False,
+    )
     assert jax.tree.all(jax.tree.map(lambda a, b: bool(jnp.all(a == b)), r.params.generator, p0.generator))
     xs = np.linspace(-3, 3, 121)
     pd = 0.5 * norm.pdf(xs, -1, 0.5) + 0.5 * norm.pdf(xs, 1.5, 0.5)
@@ -207,8 +221,7 @@ def test_fit_is_deterministic_and_vmappable(kind):
     flat_batched = jax.vmap(lambda q: jax.flatten_util.ravel_pytree(q)[0])(batched)
     for i in range(3):
         one = gan.fit(p, data, key=keys[i], **kw).params
-        np.testing.assert_allclose(flat_batched[i],
-                                   jax.flatten_util.ravel_pytree(one)[0], rtol=1e-10, atol=1e-12)
+        np.testing.assert_allclose(flat_batched[i], jax.flatten_util.ravel_pytree(one)[0], rtol=1e-10, atol=1e-12)
 
 
 def test_opt_state_continues_and_sgd_is_a_gradient_step():
@@ -216,20 +229,40 @@ def test_opt_state_continues_and_sgd_is_a_gradient_step():
     r = gan.fit(p, data, key=jax.random.key(0), d_optimizer=ADAM, g_optimizer=ADAM, n_steps=3, batch_size=8)
     d_state, g_state = r.extras.opt_state
     assert int(d_state[0].count) == 3 and int(g_state[0].count) == 3
-    r2 = gan.fit(r.params, data, key=jax.random.key(1), d_optimizer=ADAM, g_optimizer=ADAM, n_steps=2, batch_size=8,
-                 opt_state=r.extras.opt_state)
+    r2 = gan.fit(
+        r.params,
+        data,
+        key=jax.random.key(1),
+        d_optimizer=ADAM,
+        g_optimizer=ADAM,
+        n_steps=2,
+        batch_size=8,
+        opt_state=r.extras.opt_state,
+    )
     assert int(r2.extras.opt_state[0][0].count) == 5
     # the notes' update theta <- theta - kappa grad_theta L: with one data row and a constant generator
     # (zero weights, G(z) = c for every z) the minibatch is deterministic
     const = p._replace(generator=gan.MLP((jnp.zeros((2, 2)),), (jnp.asarray([0.3, -0.2]),)))
     row = data[:1]
-    r3 = gan.fit(const, row, key=jax.random.key(2), d_optimizer=SGD, g_optimizer=SGD, n_steps=1, batch_size=1,
-                 train_generator=False)
+    r3 = gan.fit(
+        const,
+        row,
+        key=jax.random.key(2),
+        d_optimizer=SGD,
+        g_optimizer=SGD,
+        n_steps=1,
+        batch_size=1,
+        train_generator=False,
+    )
     g = jax.grad(lambda th: gan.discriminator_loss(const._replace(discriminator=th), row, jnp.zeros((1, 2))))(
-        const.discriminator)
+        const.discriminator
+    )
     expected = jax.tree.map(lambda t, gt: t - 0.05 * gt, const.discriminator, g)
-    np.testing.assert_allclose(jax.flatten_util.ravel_pytree(r3.params.discriminator)[0],
-                               jax.flatten_util.ravel_pytree(expected)[0], rtol=1e-12)
+    np.testing.assert_allclose(
+        jax.flatten_util.ravel_pytree(r3.params.discriminator)[0],
+        jax.flatten_util.ravel_pytree(expected)[0],
+        rtol=1e-12,
+    )
 
 
 def _mlp_np_free(mlp, x):
@@ -249,8 +282,16 @@ def test_one_generator_step_with_frozen_discriminator_is_gradient_descent(kind):
     p, data = small_problem()
     p = p._replace(generator=gan.init_mlp((2, 6, 5, 2), key=jax.random.key(8)))
     kappa, batch, key = 0.3, 16, jax.random.key(7)
-    r = gan.fit(p, data, key=key, d_optimizer=optax.sgd(0.0), g_optimizer=optax.sgd(kappa), n_steps=1,
-                batch_size=batch, generator_loss=kind)
+    r = gan.fit(
+        p,
+        data,
+        key=key,
+        d_optimizer=optax.sgd(0.0),
+        g_optimizer=optax.sgd(kappa),
+        n_steps=1,
+        batch_size=batch,
+        generator_loss=kind,
+    )
     # fit's noise for the generator step of step 0: split(key, n_steps)[0], split in two, the second half
     z = jax.random.normal(jax.random.split(jax.random.split(key, 1)[0])[1], (batch, 2), jnp.float64)
 
@@ -265,13 +306,15 @@ def test_one_generator_step_with_frozen_discriminator_is_gradient_descent(kind):
     assert float(jnp.max(jnp.abs(want - start))) > 1e-3  # the step is far above the tolerance
     np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
     # the discriminator was frozen: unchanged to the bit
-    np.testing.assert_array_equal(jax.flatten_util.ravel_pytree(r.params.discriminator)[0],
-                                  jax.flatten_util.ravel_pytree(p.discriminator)[0])
+    np.testing.assert_array_equal(
+        jax.flatten_util.ravel_pytree(r.params.discriminator)[0], jax.flatten_util.ravel_pytree(p.discriminator)[0]
+    )
     # the step lowers L_G (a small step of gradient descent), and fit's records of it
     assert float(loss_g(r.params.generator)) < float(loss_g(p.generator))
     np.testing.assert_allclose(r.extras.generator_loss[0], loss_g(p.generator), rtol=1e-12)
-    np.testing.assert_allclose(r.extras.generator_grad_norm[0],
-                               np.linalg.norm(jax.flatten_util.ravel_pytree(grad)[0]), rtol=1e-12)
+    np.testing.assert_allclose(
+        r.extras.generator_grad_norm[0], np.linalg.norm(jax.flatten_util.ravel_pytree(grad)[0]), rtol=1e-12
+    )
     d_fake = 1.0 / (1.0 + np.exp(-np_forward(p.discriminator, np_forward(p.generator, z))[:, 0]))
     np.testing.assert_allclose(r.extras.fake_prob[0], d_fake.mean(), rtol=1e-12)
 
@@ -281,8 +324,15 @@ def test_fit_diverges_loudly():
     data = gan.sample_mixture(gan.ring_centers(4, 1.0), 0.1, 64, key=jax.random.key(5))
     p = gan.init_params(2, 2, key=jax.random.key(6), generator_hidden=(), discriminator_hidden=())
     with pytest.raises(ValueError, match="diverged.*first at step"):
-        gan.fit(p, data, key=jax.random.key(0), d_optimizer=optax.sgd(1e300), g_optimizer=optax.sgd(1e300),
-                n_steps=10, batch_size=8)
+        gan.fit(
+            p,
+            data,
+            key=jax.random.key(0),
+            d_optimizer=optax.sgd(1e300),
+            g_optimizer=optax.sgd(1e300),
+            n_steps=10,
+            batch_size=8,
+        )
 
 
 def test_float32_in_float32_out():

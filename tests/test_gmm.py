@@ -69,11 +69,7 @@ def test_data_gradient(seed, normalised):
     p = random_params(seed)
     f_energy = gmm.energy if normalised else gmm.seed_energy
     assert_gradient(
-        lambda v: f_energy(p, v),
-        lambda v: gmm.grad_x(p, v, normalised=normalised),
-        x,
-        rtol=1e-10,
-        fd_rtol=1e-6,
+        lambda v: f_energy(p, v), lambda v: gmm.grad_x(p, v, normalised=normalised), x, rtol=1e-10, fd_rtol=1e-6
     )
 
 
@@ -86,7 +82,8 @@ def test_energy_is_lse_of_log_densities(seed):
     p = random_params(seed)
     logp = np.stack(
         [
-            np.log(p.weights[k]) + multivariate_normal(np.asarray(p.means[k]), np.asarray(p.covariances[k])).logpdf(np.asarray(x))
+            np.log(p.weights[k])
+            + multivariate_normal(np.asarray(p.means[k]), np.asarray(p.covariances[k])).logpdf(np.asarray(x))
             for k in range(3)
         ],
         axis=1,
@@ -357,5 +354,9 @@ def test_collapsed_component_finite_with_default_reg_and_raises_without(seed):
     np.testing.assert_allclose(np.asarray(p.covariances[k]), 1e-6 * np.eye(2), atol=1e-12)
     # The oracle agrees that this data has an ill-defined covariance without a ridge.
     with pytest.raises(ValueError, match="ill-defined empirical covariance"):
-        GaussianMixture(3, reg_covar=0.0, random_state=seed, means_init=np.asarray(
-            gmm.init_params(x, 3, key=jax.random.key(seed)).means)).fit(x)
+        GaussianMixture(
+            3,
+            reg_covar=0.0,
+            random_state=seed,
+            means_init=np.asarray(gmm.init_params(x, 3, key=jax.random.key(seed)).means),
+        ).fit(x)

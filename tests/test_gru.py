@@ -94,8 +94,11 @@ def test_cumprod_underflows_where_log_space_does_not():
 def test_grad_scan_log(seed):
     rng = np.random.default_rng(seed)
     N, H = 9, 3
-    x = (jnp.asarray(rng.normal(size=(N, H)) - 1.0), jnp.asarray(rng.normal(size=(N, H))),
-         jnp.asarray(rng.normal(size=H)))
+    x = (
+        jnp.asarray(rng.normal(size=(N, H)) - 1.0),
+        jnp.asarray(rng.normal(size=(N, H))),
+        jnp.asarray(rng.normal(size=H)),
+    )
     lam = jnp.asarray(rng.normal(size=(N, H)))
     assert_gradient(lambda t: jnp.sum(lam * gru.scan_log(*t)), lambda t: gru.grad_scan_log(*t, lam), x)
 
@@ -141,7 +144,10 @@ def test_sigmoid_is_two_way_softmax():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_loss_is_sklearn_log_loss(seed):
     rng = np.random.default_rng(seed)
-    for p in (gru.init_params(4, 3, 5, key=jax.random.key(seed)), gru.init_min_params(4, 3, 5, key=jax.random.key(seed))):
+    for p in (
+        gru.init_params(4, 3, 5, key=jax.random.key(seed)),
+        gru.init_min_params(4, 3, 5, key=jax.random.key(seed)),
+    ):
         xs, y = rng.normal(size=(12, 5, 4)), rng.integers(0, 5, 12)
         z = np.asarray(gru.logits(p, xs))
         prob = np.exp(z - z.max(1, keepdims=True))
@@ -155,8 +161,11 @@ def test_param_count_formula():
     for H in (1, 5, 21):
         assert gru.param_count(gru.init_params(D, H, K, key=jax.random.key(0))) == 3 * (H * H + D * H + H) + H * K + K
         assert gru.param_count(gru.init_min_params(D, H, K, key=jax.random.key(0))) == 2 * (D * H + H) + H * K + K
-    assert gru.param_count(gru.init_params(D, 21, K, key=jax.random.key(0))) == gru.param_count(
-        gru.init_min_params(D, 75, K, key=jax.random.key(0))) == 2110
+    assert (
+        gru.param_count(gru.init_params(D, 21, K, key=jax.random.key(0)))
+        == gru.param_count(gru.init_min_params(D, 75, K, key=jax.random.key(0)))
+        == 2110
+    )
 
 
 def _data(seed=0, B=40):
@@ -170,8 +179,14 @@ def _data(seed=0, B=40):
 def test_fit_learns_and_is_reproducible(init):
     xs, y = _data()
     p = init(2, 6, 3, key=jax.random.key(0))
-    kw = {"key": jax.random.key(1), "optimizer": optax.adam(3e-2), "n_epochs": 15, "batch_size": 10,
-          "x_eval": xs, "y_eval": y}
+    kw = {
+        "key": jax.random.key(1),
+        "optimizer": optax.adam(3e-2),
+        "n_epochs": 15,
+        "batch_size": 10,
+        "x_eval": xs,
+        "y_eval": y,
+    }
     r1, r2 = gru.fit(p, xs, y, **kw), gru.fit(p, xs, y, **kw)
     assert r1.energies.shape == (15,) and r1.converged is None and r1.n_iter == 15
     assert r1.energies[-1] < r1.energies[0]
@@ -185,8 +200,9 @@ def test_fit_learns_and_is_reproducible(init):
 def test_fit_float32():
     xs, y = _data()
     p = jax.tree_util.tree_map(lambda v: v.astype(jnp.float32), gru.init_min_params(2, 4, 3, key=jax.random.key(0)))
-    r = gru.fit(p, xs.astype(jnp.float32), y, key=jax.random.key(1), optimizer=optax.adam(1e-2), n_epochs=2,
-                batch_size=10)
+    r = gru.fit(
+        p, xs.astype(jnp.float32), y, key=jax.random.key(1), optimizer=optax.adam(1e-2), n_epochs=2, batch_size=10
+    )
     assert r.energies.dtype == jnp.float32 and all(v.dtype == jnp.float32 for v in r.params)
 
 
@@ -211,7 +227,7 @@ def test_fit_continues_from_its_optimizer_state():
         for k in keys:
             perm = np.asarray(jax.random.permutation(jax.random.split(k, 1)[0], B))
             for j in range(B // bs):
-                idx = perm[j * bs:(j + 1) * bs]
+                idx = perm[j * bs : (j + 1) * bs]
                 g = grad(p, x[idx], y[idx])
                 u, s = opt.update(g, s, p)
                 p = optax.apply_updates(p, u)

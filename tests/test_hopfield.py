@@ -35,9 +35,7 @@ def test_energy_at_beta_one_is_eq9(seed):
 @pytest.mark.parametrize("beta", BETAS)
 def test_energy_scaling(seed, beta):
     m, x = instance(seed)
-    np.testing.assert_allclose(
-        hopfield.energy(m, x, beta=beta), core.energy(beta * x @ m.T) / beta, rtol=1e-13
-    )
+    np.testing.assert_allclose(hopfield.energy(m, x, beta=beta), core.energy(beta * x @ m.T) / beta, rtol=1e-13)
     np.testing.assert_allclose(
         hopfield.regularised_energy(m, x, beta=beta),
         jnp.sum(hopfield.regularised_energies(m, x, beta=beta)),
@@ -62,10 +60,7 @@ def test_energy_tends_to_minus_max_similarity():
 def test_grad_queries_eq10(seed, beta):
     m, x = instance(seed)
     assert_gradient(
-        lambda q: hopfield.energy(m, q, beta=beta),
-        lambda q: hopfield.grad_queries(m, q, beta=beta),
-        x,
-        n_coords=None,
+        lambda q: hopfield.energy(m, q, beta=beta), lambda q: hopfield.grad_queries(m, q, beta=beta), x, n_coords=None
     )
 
 
@@ -92,10 +87,7 @@ def test_grad_regularised(seed):
     )
     # update = x - grad E_reg: a unit gradient step
     np.testing.assert_allclose(
-        hopfield.update(m, x, beta=2.0),
-        x - hopfield.grad_queries_regularised(m, x, beta=2.0),
-        rtol=1e-12,
-        atol=1e-14,
+        hopfield.update(m, x, beta=2.0), x - hopfield.grad_queries_regularised(m, x, beta=2.0), rtol=1e-12, atol=1e-14
     )
 
 
@@ -179,9 +171,9 @@ def test_update_is_dot_product_attention(seed, beta):
     # takes the softmax in float32, so the logits carry a relative rounding error
     # u = 2**-24; that is an absolute error u * max|logit| in each exponent, hence a
     # relative error of about that size (plus a few u) in every probability.
-    ref = jax.nn.dot_product_attention(
-        x[None, :, None, :], m[None, :, None, :], m[None, :, None, :], scale=beta
-    )[0, :, 0, :]
+    ref = jax.nn.dot_product_attention(x[None, :, None, :], m[None, :, None, :], m[None, :, None, :], scale=beta)[
+        0, :, 0, :
+    ]
     u = 2.0**-24
     max_logit = float(jnp.max(jnp.abs(beta * x @ m.T)))
     tol = 4 * u * (1 + max_logit) * float(jnp.max(jnp.abs(m)))
@@ -278,15 +270,11 @@ def test_classical_matches_numpy_reference_and_descends(seed):
     patterns = rng.choice([-1.0, 1.0], size=(k, d))
     states = rng.choice([-1.0, 0.0, 1.0], size=(4, d))
     w = hopfield.classical_store(jnp.asarray(patterns))
-    np.testing.assert_allclose(
-        w, (patterns.T @ patterns - k * np.eye(d)) / d, rtol=1e-14, atol=1e-15
-    )
+    np.testing.assert_allclose(w, (patterns.T @ patterns - k * np.eye(d)) / d, rtol=1e-14, atol=1e-15)
     out, trace = hopfield.classical_retrieve(w, jnp.asarray(states), n_steps=3, return_energy=True)
     np.testing.assert_array_equal(out, numpy_async(w, states, 3))
     assert bool(jnp.all(jnp.diff(trace, axis=0) <= 1e-12))
-    np.testing.assert_allclose(
-        jnp.sum(trace[-1]), hopfield.classical_energy(w, out), rtol=1e-13
-    )
+    np.testing.assert_allclose(jnp.sum(trace[-1]), hopfield.classical_energy(w, out), rtol=1e-13)
 
 
 def test_classical_orthogonal_patterns_are_fixed_points():

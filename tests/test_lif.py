@@ -80,7 +80,7 @@ def test_first_spike_step_and_refractory_period():
     assert spikes[0] == k - 1
     assert np.all(np.diff(spikes) == k + round(TAU_REF / dt))
     v = np.asarray(run.voltages[:, 0])
-    assert np.all(v[spikes[0]:spikes[0] + round(TAU_REF / dt) + 1] == 0)
+    assert np.all(v[spikes[0] : spikes[0] + round(TAU_REF / dt) + 1] == 0)
 
 
 def test_simulate_float32_and_validation():

@@ -55,8 +55,7 @@ def test_energy_bounded_below_and_responsibilities(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_x(seed):
     params, x, mu = _problem(seed)
-    assert_gradient(lambda v: mpc.energy(params, v, mu),
-                    lambda v: mpc.grad_x(params, v, mu), x)
+    assert_gradient(lambda v: mpc.energy(params, v, mu), lambda v: mpc.grad_x(params, v, mu), x)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -73,8 +72,7 @@ def test_grad_x_seed_sign_is_wrong(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_mu(seed):
     params, x, mu = _problem(seed)
-    assert_gradient(lambda v: mpc.energy(params, x, v),
-                    lambda v: mpc.grad_mu(params, x, v), mu)
+    assert_gradient(lambda v: mpc.energy(params, x, v), lambda v: mpc.grad_mu(params, x, v), mu)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -94,8 +92,7 @@ def test_grad_mu_needs_jacobian_transpose(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_params(seed):
     params, x, mu = _problem(seed)
-    assert_gradient(lambda p: mpc.energy(p, x, mu),
-                    lambda p: mpc.grad_params(p, x, mu), params, n_coords=None)
+    assert_gradient(lambda p: mpc.energy(p, x, mu), lambda p: mpc.grad_params(p, x, mu), params, n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -128,8 +125,7 @@ def test_inference_monotone_with_certified_step(seed):
     assert float(jnp.max(jnp.diff(res.energy))) <= _roundoff(res.energy)
     assert float(res.energy[-1]) < float(res.energy[0])
     # The trace is the energy of the returned latents.
-    np.testing.assert_allclose(float(res.energy[-1]), float(mpc.energy(params, x, res.mu)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(res.energy[-1]), float(mpc.energy(params, x, res.mu)), rtol=1e-12)
 
 
 def test_inference_step_matches_manual_step():
@@ -143,8 +139,7 @@ def test_inference_step_matches_manual_step():
 def test_fit_decreases_energy_and_inference_phases_monotone(seed):
     optax = pytest.importorskip("optax")
     params, x, mu = _problem(seed)
-    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-3), n_rounds=5,
-                         infer_steps=10, learn_steps=10)
+    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-3), n_rounds=5, infer_steps=10, learn_steps=10)
     tr = fit.extras
     assert tr.infer_energy.shape == (5, 10) and tr.learn_energy.shape == (5, 10)
     assert fit.energies.shape == (6,) and fit.n_iter == 5 and fit.converged is None
@@ -156,15 +151,13 @@ def test_fit_decreases_energy_and_inference_phases_monotone(seed):
     first = jnp.concatenate([fit.energies[:1], tr.infer_energy[0]])
     assert float(jnp.max(jnp.diff(first))) <= _roundoff(first)
     assert float(jnp.max(jnp.diff(full, axis=1))) <= _roundoff(full)
-    np.testing.assert_allclose(float(fit.energies[-1]),
-                               float(mpc.energy(fit.params, x, tr.mu)), rtol=1e-12)
+    np.testing.assert_allclose(float(fit.energies[-1]), float(mpc.energy(fit.params, x, tr.mu)), rtol=1e-12)
 
 
 def test_fit_learning_step_matches_manual_sgd():
     optax = pytest.importorskip("optax")
     params, x, mu = _problem(1)
-    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-2), n_rounds=1,
-                         infer_steps=1, learn_steps=1, step_size=1e-3)
+    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-2), n_rounds=1, infer_steps=1, learn_steps=1, step_size=1e-3)
     mu1 = mu - 1e-3 * mpc.grad_mu(params, x, mu)
     g = mpc.grad_params(params, x, mu1)
     expected = jax.tree.map(lambda p, gp: p - 1e-2 * gp, params, g)
@@ -193,8 +186,9 @@ def test_sample_follows_teacher():
     teacher = mpc.init_params(2, 6, 3, key=jax.random.key(0))
     data = mpc.sample(teacher, 4, 5, key=jax.random.key(1), obs_noise=0.0, latent_noise=0.0)
     assert data.x.shape == (20, 3) and data.labels.shape == (20,)
-    np.testing.assert_allclose(np.asarray(data.x),
-                               np.asarray(mpc.predict(teacher, data.latent_centres)[data.labels]), rtol=1e-14)
+    np.testing.assert_allclose(
+        np.asarray(data.x), np.asarray(mpc.predict(teacher, data.latent_centres)[data.labels]), rtol=1e-14
+    )
 
 
 # --- validation -----------------------------------------------------------------

@@ -40,8 +40,13 @@ def _run_two_processes(out: Path) -> list[dict]:
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("JAX_ENABLE_X64",)}
     procs = [
-        subprocess.Popen([sys.executable, worker.__file__, str(pid), str(port), str(out)], env=env,
-                         stdout=open(out / f"log{pid}.txt", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        subprocess.Popen(
+            [sys.executable, worker.__file__, str(pid), str(port), str(out)],
+            env=env,
+            stdout=open(out / f"log{pid}.txt", "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         for pid in (0, 1)
     ]
     try:

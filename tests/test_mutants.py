@@ -22,9 +22,28 @@ import mutants as M  # noqa: E402
 sys.path.remove(str(ROOT / "tools"))
 
 MODEL_MODULES = {
-    "core", "gmm", "slds", "mixture_pc", "attention", "hopfield", "slot_attention", "structural", "multihop",
-    "expanding", "rbm", "diffusion", "pcn", "anpc", "gru", "autoencoder", "embedding", "vae", "adversarial",
-    "population", "lif", "gan",
+    "core",
+    "gmm",
+    "slds",
+    "mixture_pc",
+    "attention",
+    "hopfield",
+    "slot_attention",
+    "structural",
+    "multihop",
+    "expanding",
+    "rbm",
+    "diffusion",
+    "pcn",
+    "anpc",
+    "gru",
+    "autoencoder",
+    "embedding",
+    "vae",
+    "adversarial",
+    "population",
+    "lif",
+    "gan",
 }
 
 
@@ -79,8 +98,9 @@ def test_control_the_scratch_copy_is_imported_and_sees_the_mutation(tmp_path):
     probe = "import jax.numpy as jnp, lse_energy.core as c; print(float(c.energy(jnp.zeros((1, 2)))))"
 
     def energy_of_two_zeros():
-        out = subprocess.run([sys.executable, "-c", probe], cwd=scratch, env=env, capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", probe], cwd=scratch, env=env, capture_output=True, text=True, check=True
+        )
         return float(out.stdout.strip())
 
     ln2 = 0.6931471805599453

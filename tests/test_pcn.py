@@ -6,8 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from lse_energy import core
-from lse_energy import pcn
+from lse_energy import core, pcn
 from lse_energy.testing import assert_gradient, relative_error
 
 SEEDS = [0, 1, 2]
@@ -17,8 +16,7 @@ SIZES = (4, 5, 3, 2)
 def _params(seed, sizes=SIZES, scale=1.5):
     k1, k2, k3 = jax.random.split(jax.random.key(seed), 3)
     p = pcn.init_params(sizes, key=k1, weight_scale=scale)
-    biases = tuple(0.3 * jax.random.normal(jax.random.fold_in(k2, i), b.shape)
-                   for i, b in enumerate(p.biases))
+    biases = tuple(0.3 * jax.random.normal(jax.random.fold_in(k2, i), b.shape) for i, b in enumerate(p.biases))
     return p._replace(biases=biases, prior_mean=0.5 * jax.random.normal(k3, (sizes[0],)))
 
 
@@ -64,8 +62,7 @@ def test_default_precisions_and_unbatched():
     one = tuple(x[0] for x in xs)
     prec = jnp.asarray([0.0, 1.0, 1.0, 1.0])
     np.testing.assert_allclose(float(pcn.energy(p, one)), float(pcn.energy(p, one, prec)), rtol=0)
-    np.testing.assert_allclose(float(pcn.energy(p, one)), _numpy_energy(p, one, np.asarray(prec)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(pcn.energy(p, one)), _numpy_energy(p, one, np.asarray(prec)), rtol=1e-12)
 
 
 # --- gradients ---------------------------------------------------------------
@@ -74,15 +71,13 @@ def test_default_precisions_and_unbatched():
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_x(seed):
     p, xs, prec = _problem(seed)
-    assert_gradient(lambda v: pcn.energy(p, v, prec), lambda v: pcn.grad_x(p, v, prec), xs,
-                    n_coords=None)
+    assert_gradient(lambda v: pcn.energy(p, v, prec), lambda v: pcn.grad_x(p, v, prec), xs, n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_params(seed):
     p, xs, prec = _problem(seed)
-    assert_gradient(lambda q: pcn.energy(q, xs, prec), lambda q: pcn.grad_params(q, xs, prec), p,
-                    n_coords=None)
+    assert_gradient(lambda q: pcn.energy(q, xs, prec), lambda q: pcn.grad_params(q, xs, prec), p, n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -165,8 +160,7 @@ def _pc_vs_bp(seed, gamma, sizes=(6, 8, 5, 3)):
     bp = jax.grad(lambda q: 0.5 * jnp.sum((y - pcn.forward(q, x)[-1]) ** 2))(p)
     prec = jnp.asarray([0.0, 1.0, 1.0, gamma])
     ff = pcn.forward(p, x)
-    res = pcn.infer(p, ff[:-1] + (y,), prec, clamp=(True, False, False, True), n_steps=3000,
-                       step_size=0.1)
+    res = pcn.infer(p, ff[:-1] + (y,), prec, clamp=(True, False, False, True), n_steps=3000, step_size=0.1)
     grad_x = pcn.grad_x(p, res.xs, prec)
     assert max(float(jnp.max(jnp.abs(g))) for g in grad_x[1:-1]) < 1e-12  # at equilibrium
     dW = [-g / gamma for g in pcn.grad_params(p, res.xs, prec).weights]  # PC update per unit gamma
@@ -203,8 +197,18 @@ def test_one_sgd_step_is_the_hebbian_rule():
     p, _, prec = _problem(0)
     x, y = _toy_data(0)
     lr, steps, eta = 0.05, 7, 0.1
-    out = pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(lr), n_epochs=1,
-                       batch_size=x.shape[0], infer_steps=steps, step_size=eta)
+    out = pcn.fit(
+        p,
+        x,
+        y,
+        prec,
+        key=jax.random.key(0),
+        optimizer=optax.sgd(lr),
+        n_epochs=1,
+        batch_size=x.shape[0],
+        infer_steps=steps,
+        step_size=eta,
+    )
     # Same thing by hand (a full batch is a permutation of the data; sums do not care up to round-off).
     ff = pcn.forward(p, x)
     xs = pcn.infer(p, ff[:-1] + (y,), prec, clamp=CLAMPS["train"], n_steps=steps, step_size=eta).xs
@@ -212,14 +216,15 @@ def test_one_sgd_step_is_the_hebbian_rule():
     for l, W in enumerate(out.params.weights):
         expected = p.weights[l] + lr * (eps[l + 1].T @ jnp.tanh(xs[l])) / x.shape[0]
         np.testing.assert_allclose(np.asarray(W), np.asarray(expected), rtol=1e-10, atol=1e-13)
-    np.testing.assert_allclose(np.asarray(out.params.prior_mean),
-                               np.asarray(p.prior_mean + lr * jnp.mean(eps[0], axis=0)), rtol=1e-10)
-    np.testing.assert_allclose(float(out.extras.loss[0, 0]),
-                               0.5 * float(jnp.mean(jnp.sum((y - ff[-1]) ** 2, -1))), rtol=1e-12)
+    np.testing.assert_allclose(
+        np.asarray(out.params.prior_mean), np.asarray(p.prior_mean + lr * jnp.mean(eps[0], axis=0)), rtol=1e-10
+    )
+    np.testing.assert_allclose(
+        float(out.extras.loss[0, 0]), 0.5 * float(jnp.mean(jnp.sum((y - ff[-1]) ** 2, -1))), rtol=1e-12
+    )
     # The recorded energy is F at the relaxed state under the weights *before* the step
     # (the equilibrium energy), per example.
-    np.testing.assert_allclose(float(out.energies[0, 0]), float(pcn.energy(p, xs, prec)) / x.shape[0],
-                               rtol=1e-10)
+    np.testing.assert_allclose(float(out.energies[0, 0]), float(pcn.energy(p, xs, prec)) / x.shape[0], rtol=1e-10)
     assert abs(float(out.energies[0, 0]) - float(pcn.energy(out.params, xs, prec)) / x.shape[0]) > 1e-8
 
 
@@ -270,14 +275,15 @@ def test_validation_errors():
     with pytest.raises(ValueError, match="step_size"):
         pcn.infer(p, xs, prec, clamp=CLAMPS["train"], n_steps=3, step_size=0.0)
     with pytest.raises(ValueError, match="same number of rows"):
-        pcn.fit(p, x, y[:-1], prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1,
-                     batch_size=4, infer_steps=2)
+        pcn.fit(
+            p, x, y[:-1], prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1, batch_size=4, infer_steps=2
+        )
     with pytest.raises(ValueError, match="batch_size"):
-        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1,
-                     batch_size=100, infer_steps=2)
+        pcn.fit(
+            p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1, batch_size=100, infer_steps=2
+        )
     with pytest.raises(ValueError, match="optimizer"):
-        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=None, n_epochs=1,
-                     batch_size=4, infer_steps=2)
+        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=None, n_epochs=1, batch_size=4, infer_steps=2)
     with pytest.raises(ValueError, match="y must have 2 columns"):
         pcn.generate(p, jnp.eye(3), prec, n_steps=3)
     with pytest.raises(ValueError, match="x must have 4 columns"):

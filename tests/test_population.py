@@ -57,8 +57,9 @@ def test_decoding_loss_gradient_and_stationarity(seed):
     h = population.activities(params, x, lif.rate) / 100.0
     sigma = 0.05
     d0 = jax.random.normal(jax.random.PRNGKey(seed + 10), (20,))
-    assert_gradient(lambda d: population.decoding_loss(d, h, x, sigma),
-                    lambda d: population.grad_decoding_loss(d, h, x, sigma), d0)
+    assert_gradient(
+        lambda d: population.decoding_loss(d, h, x, sigma), lambda d: population.grad_decoding_loss(d, h, x, sigma), d0
+    )
     d_star = population.decoders(h, x, sigma)
     assert float(jnp.max(jnp.abs(population.grad_decoding_loss(d_star, h, x, sigma)))) < 1e-12
 
@@ -110,8 +111,9 @@ def _simulate_and_bound(a, b, u_fn, y0, n, seed, t_end=1.0, dt=1e-3, tau=0.1):
     t = np.arange(n_steps + 1) * dt
     u = np.stack([u_fn(tk) for tk in t[:-1]])
     traj = population.simulate(params, lif.rate, dec, a_p, b_p, jnp.asarray(u), jnp.asarray(y0), tau=tau, dt=dt)
-    ref = solve_ivp(lambda tt, y: a @ y + b @ u_fn(tt), (0, t_end), y0, t_eval=t, rtol=1e-11, atol=1e-13,
-                    method="DOP853").y.T
+    ref = solve_ivp(
+        lambda tt, y: a @ y + b @ u_fn(tt), (0, t_end), y0, t_eval=t, rtol=1e-11, atol=1e-13, method="DOP853"
+    ).y.T
     delta = (np.asarray(traj.decoded) - np.asarray(traj.y)) @ np.asarray(a_p).T
     local = ref[1:] - ref[:-1] - dt * (ref[:-1] @ a.T + u @ b.T)
     rho = np.linalg.norm(np.eye(d) + dt * a, 2)
@@ -125,8 +127,9 @@ def _simulate_and_bound(a, b, u_fn, y0, n, seed, t_end=1.0, dt=1e-3, tau=0.1):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_integrator_against_solve_ivp(seed):
     w = 2 * np.pi
-    err, bound = _simulate_and_bound(np.zeros((1, 1)), np.ones((1, 1)), lambda t: np.array([0.7 * w * np.cos(w * t)]),
-                                     np.zeros(1), 100, seed)
+    err, bound = _simulate_and_bound(
+        np.zeros((1, 1)), np.ones((1, 1)), lambda t: np.array([0.7 * w * np.cos(w * t)]), np.zeros(1), 100, seed
+    )
     assert np.all(err <= bound)
     assert err.max() < 0.1  # and the bound's own size: dt/tau * T * max|delta| with |delta| ~ 1e-2
 
@@ -148,8 +151,16 @@ def test_simulate_with_membrane_time_constant_approaches_adiabatic_limit():
     u = jnp.ones((500, 1))
     y0 = jnp.zeros(1)
     base = population.simulate(params, lif.rate, dec, a_p, b_p, u, y0, tau=0.1, dt=1e-4)
-    gaps = [float(jnp.max(jnp.abs(population.simulate(params, lif.rate, dec, a_p, b_p, u, y0, tau=0.1, dt=1e-4,
-                                                      tau_m=tm).y - base.y))) for tm in (1e-2, 1e-3, 1e-4)]
+    gaps = [
+        float(
+            jnp.max(
+                jnp.abs(
+                    population.simulate(params, lif.rate, dec, a_p, b_p, u, y0, tau=0.1, dt=1e-4, tau_m=tm).y - base.y
+                )
+            )
+        )
+        for tm in (1e-2, 1e-3, 1e-4)
+    ]
     assert gaps[0] > gaps[1] > gaps[2]
 
 
@@ -171,8 +182,9 @@ def test_bayes_posterior_and_evidence_against_poisson_pmf(seed):
     e = -np.sum(logsumexp(log_joint, axis=1)) - np.sum([np.sum(np.log(np.arange(1, k + 1))) for k in n.ravel()])
     np.testing.assert_allclose(float(population.energy(counts, f)), e, rtol=1e-12)
     grid = jnp.linspace(-1, 1, f.shape[0])
-    np.testing.assert_allclose(population.bayes_decode(counts, f, grid),
-                               (joint / joint.sum(1, keepdims=True)) @ np.asarray(grid), rtol=1e-10)
+    np.testing.assert_allclose(
+        population.bayes_decode(counts, f, grid), (joint / joint.sum(1, keepdims=True)) @ np.asarray(grid), rtol=1e-10
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -183,9 +195,17 @@ def test_bayes_energy_gradient(seed):
 
 def test_simulate_float32():
     p = population.init_params(1, 10, key=jax.random.PRNGKey(0), dtype=jnp.float32)
-    out = population.simulate(p, lif.rate, jnp.ones((10, 1), jnp.float32) * 1e-3, jnp.eye(1, dtype=jnp.float32),
-                              jnp.eye(1, dtype=jnp.float32), jnp.ones((5, 1), jnp.float32), jnp.zeros(1, jnp.float32),
-                              tau=0.1, dt=0.01)
+    out = population.simulate(
+        p,
+        lif.rate,
+        jnp.ones((10, 1), jnp.float32) * 1e-3,
+        jnp.eye(1, dtype=jnp.float32),
+        jnp.eye(1, dtype=jnp.float32),
+        jnp.ones((5, 1), jnp.float32),
+        jnp.zeros(1, jnp.float32),
+        tau=0.1,
+        dt=0.01,
+    )
     assert out.y.dtype == jnp.float32 and out.decoded.dtype == jnp.float32
 
 
@@ -229,7 +249,9 @@ def test_ridge_deterministic_equivalent_matches_monte_carlo_for_gaussian_neurons
         d2.append(np.mean((h @ d - x) ** 2))
         n2.append(np.sum(d**2))
     p = ridge_equivalent(k, x, lam, [n])
-    for mc, de, plug in ((np.mean(d2), p["distortion"][0] ** 2, p["plugin_distortion"][0] ** 2),
-                         (np.mean(n2), p["noise"][0] ** 2, p["plugin_noise"][0] ** 2)):
+    for mc, de, plug in (
+        (np.mean(d2), p["distortion"][0] ** 2, p["plugin_distortion"][0] ** 2),
+        (np.mean(n2), p["noise"][0] ** 2, p["plugin_noise"][0] ** 2),
+    ):
         assert abs(mc - de) < 0.03 * de
         assert abs(mc - plug) > 0.1 * mc

@@ -31,7 +31,8 @@ which moves each similarity by about that fraction of its size: ``1e-4 * S``.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -42,10 +43,25 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from lse_energy import attention, core, diffusion, gan, gmm, hopfield, rbm, slds, slot_attention, vae
-from lse_energy import anpc, expanding, pcn, population, structural
+from lse_energy import (
+    anpc,
+    attention,
+    core,
+    diffusion,
+    embedding,
+    expanding,
+    gan,
+    gmm,
+    hopfield,
+    pcn,
+    population,
+    rbm,
+    slds,
+    slot_attention,
+    structural,
+    vae,
+)
 from lse_energy import autoencoder as ae_mod
-from lse_energy import embedding
 from lse_energy import mixture_pc as mpc
 from lse_energy.experiments import diffusion_mlp as dmlp
 from lse_energy.testing import relative_error
@@ -150,37 +166,62 @@ def build_core(seed, n, k, d, scale):
 def build_gmm(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     w = _simplex(rng, k)
-    z = dict(weights=jnp.asarray(w), means=jnp.asarray(rng.normal(size=(k, d))),
-             covariances=jnp.asarray(_spd(rng, k, d)), x=jnp.asarray(scale * rng.normal(size=(n, d))))
+    z = dict(
+        weights=jnp.asarray(w),
+        means=jnp.asarray(rng.normal(size=(k, d))),
+        covariances=jnp.asarray(_spd(rng, k, d)),
+        x=jnp.asarray(scale * rng.normal(size=(n, d))),
+    )
 
     def params(z):
         return gmm.Params(z["weights"], z["means"], z["covariances"])
 
     def grad(z):
         p = params(z)
-        return dict(weights=gmm.grad_weights(p, z["x"]), means=gmm.grad_means(p, z["x"]),
-                    covariances=gmm.grad_covariances(p, z["x"]), x=gmm.grad_x(p, z["x"]))
+        return dict(
+            weights=gmm.grad_weights(p, z["x"]),
+            means=gmm.grad_means(p, z["x"]),
+            covariances=gmm.grad_covariances(p, z["x"]),
+            x=gmm.grad_x(p, z["x"]),
+        )
 
     def np_sim(z):
         diff = z["x"][:, None, :] - z["means"][None]
         return np.log(z["weights"])[None] + np.stack(
-            [_np_gauss_logpdf(diff[:, j], z["covariances"][j]) for j in range(k)], axis=1)
+            [_np_gauss_logpdf(diff[:, j], z["covariances"][j]) for j in range(k)], axis=1
+        )
 
     def mp_ref(z):
-        rows = [[mp.log(mp.mpf(float(z["weights"][j])))
-                 + _mp_gauss_logpdf([mp.mpf(float(a)) - mp.mpf(float(b)) for a, b in zip(z["x"][i], z["means"][j])],
-                                    z["covariances"][j]) for j in range(k)] for i in range(n)]
+        rows = [
+            [
+                mp.log(mp.mpf(float(z["weights"][j])))
+                + _mp_gauss_logpdf(
+                    [mp.mpf(float(a)) - mp.mpf(float(b)) for a, b in zip(z["x"][i], z["means"][j])], z["covariances"][j]
+                )
+                for j in range(k)
+            ]
+            for i in range(n)
+        ]
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: gmm.energy(params(z), z["x"]), grad, lambda z: gmm.sim(params(z), z["x"]),
-                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+    return Instance(
+        z,
+        lambda z: gmm.energy(params(z), z["x"]),
+        grad,
+        lambda z: gmm.sim(params(z), z["x"]),
+        lambda z: -np.sum(_np_lse(np_sim(z))),
+        mp_ref,
+    )
 
 
 def build_slds(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     T = n + 1
-    z = dict(x=jnp.asarray(scale * rng.normal(size=(T, d))), A=jnp.asarray(0.7 * rng.normal(size=(k, d, d))),
-             b=jnp.asarray(rng.normal(size=(k, d))))
+    z = dict(
+        x=jnp.asarray(scale * rng.normal(size=(T, d))),
+        A=jnp.asarray(0.7 * rng.normal(size=(k, d, d))),
+        b=jnp.asarray(rng.normal(size=(k, d))),
+    )
     w = _simplex(rng, k)
     S = _spd(rng, k, d)
 
@@ -207,28 +248,45 @@ def build_slds(seed, n, k, d, scale):
             rows.append(row)
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: slds.energy(params(z), z["x"]), grad, lambda z: slds.sim(params(z), z["x"]),
-                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+    return Instance(
+        z,
+        lambda z: slds.energy(params(z), z["x"]),
+        grad,
+        lambda z: slds.sim(params(z), z["x"]),
+        lambda z: -np.sum(_np_lse(np_sim(z))),
+        mp_ref,
+    )
 
 
 def build_hopfield(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     beta = float(rng.uniform(0.2, 3.0))
-    z = dict(memories=jnp.asarray(scale * rng.normal(size=(k, d))), queries=jnp.asarray(scale * rng.normal(size=(n, d))))
+    z = dict(
+        memories=jnp.asarray(scale * rng.normal(size=(k, d))), queries=jnp.asarray(scale * rng.normal(size=(n, d)))
+    )
 
     def grad(z):
-        return dict(memories=hopfield.grad_memories(z["memories"], z["queries"], beta=beta),
-                    queries=hopfield.grad_queries(z["memories"], z["queries"], beta=beta))
+        return dict(
+            memories=hopfield.grad_memories(z["memories"], z["queries"], beta=beta),
+            queries=hopfield.grad_queries(z["memories"], z["queries"], beta=beta),
+        )
 
     def mp_ref(z):
         b = mp.mpf(beta)
-        rows = [[b * mp.fsum(mp.mpf(float(a)) * mp.mpf(float(c)) for a, c in zip(q, m)) for m in z["memories"]]
-                for q in z["queries"]]
+        rows = [
+            [b * mp.fsum(mp.mpf(float(a)) * mp.mpf(float(c)) for a, c in zip(q, m)) for m in z["memories"]]
+            for q in z["queries"]
+        ]
         return _mp_lse_energy(rows) / b
 
-    return Instance(z, lambda z: hopfield.energy(z["memories"], z["queries"], beta=beta), grad,
-                    lambda z: beta * z["queries"] @ z["memories"].T,
-                    lambda z: -np.sum(_np_lse(beta * z["queries"] @ z["memories"].T)) / beta, mp_ref)
+    return Instance(
+        z,
+        lambda z: hopfield.energy(z["memories"], z["queries"], beta=beta),
+        grad,
+        lambda z: beta * z["queries"] @ z["memories"].T,
+        lambda z: -np.sum(_np_lse(beta * z["queries"] @ z["memories"].T)) / beta,
+        mp_ref,
+    )
 
 
 def build_cross_attention(seed, n, k, d, scale):
@@ -241,7 +299,9 @@ def build_cross_attention(seed, n, k, d, scale):
     kw = dict(beta=beta, mask=mask)
 
     def grad(z):
-        return dict(q=attention.cross_grad_queries(z["q"], z["k"], **kw), k=attention.cross_grad_keys(z["q"], z["k"], **kw))
+        return dict(
+            q=attention.cross_grad_queries(z["q"], z["k"], **kw), k=attention.cross_grad_keys(z["q"], z["k"], **kw)
+        )
 
     def np_ref(z):
         s = np.where(np.asarray(mask), beta * z["q"] @ z["k"].T, -np.inf)
@@ -249,12 +309,24 @@ def build_cross_attention(seed, n, k, d, scale):
 
     def mp_ref(z):
         b = mp.mpf(beta)
-        rows = [[b * mp.fsum(mp.mpf(float(a)) * mp.mpf(float(c)) for a, c in zip(z["q"][i], z["k"][j]))
-                 for j in range(k) if bool(mask[i, j])] for i in range(n)]
+        rows = [
+            [
+                b * mp.fsum(mp.mpf(float(a)) * mp.mpf(float(c)) for a, c in zip(z["q"][i], z["k"][j]))
+                for j in range(k)
+                if bool(mask[i, j])
+            ]
+            for i in range(n)
+        ]
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: attention.cross_energy(z["q"], z["k"], **kw), grad,
-                    lambda z: jnp.where(mask, beta * z["q"] @ z["k"].T, 0.0), np_ref, mp_ref)
+    return Instance(
+        z,
+        lambda z: attention.cross_energy(z["q"], z["k"], **kw),
+        grad,
+        lambda z: jnp.where(mask, beta * z["q"] @ z["k"].T, 0.0),
+        np_ref,
+        mp_ref,
+    )
 
 
 def build_self_attention(seed, n, k, d, scale):
@@ -279,25 +351,37 @@ def build_self_attention(seed, n, k, d, scale):
     def p(x):
         return attention.Params(params.wq.astype(x.dtype), params.wk.astype(x.dtype))
 
-    return Instance(z, lambda x: attention.self_energy(p(x), x, beta=beta, mask=mask),
-                    lambda x: attention.self_grad(p(x), x, beta=beta, mask=mask),
-                    lambda x: jnp.where(mask, beta * (x @ params.wq.T) @ (x @ params.wk.T).T, 0.0),
-                    lambda x: -np.sum(_np_lse(np.where(m, np_sim(x), -np.inf))), mp_ref)
+    return Instance(
+        z,
+        lambda x: attention.self_energy(p(x), x, beta=beta, mask=mask),
+        lambda x: attention.self_grad(p(x), x, beta=beta, mask=mask),
+        lambda x: jnp.where(mask, beta * (x @ params.wq.T) @ (x @ params.wk.T).T, 0.0),
+        lambda x: -np.sum(_np_lse(np.where(m, np_sim(x), -np.inf))),
+        mp_ref,
+    )
 
 
 def build_slot_attention(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     h = d + 1
-    z = dict(x=jnp.asarray(scale * rng.normal(size=(n, d))), mu=jnp.asarray(scale * rng.normal(size=(k, d))),
-             w_k=jnp.asarray(rng.normal(size=(h, d))), w_q=jnp.asarray(rng.normal(size=(h, d))))
+    z = dict(
+        x=jnp.asarray(scale * rng.normal(size=(n, d))),
+        mu=jnp.asarray(scale * rng.normal(size=(k, d))),
+        w_k=jnp.asarray(rng.normal(size=(h, d))),
+        w_q=jnp.asarray(rng.normal(size=(h, d))),
+    )
 
     def p(z):
         return slot_attention.Params(z["w_k"], z["w_q"])
 
     def grad(z):
         args = (p(z), z["x"], z["mu"])
-        return dict(x=slot_attention.grad_x(*args), mu=slot_attention.grad_mu(*args),
-                    w_k=slot_attention.grad_w_k(*args), w_q=slot_attention.grad_w_q(*args))
+        return dict(
+            x=slot_attention.grad_x(*args),
+            mu=slot_attention.grad_mu(*args),
+            w_k=slot_attention.grad_w_k(*args),
+            w_q=slot_attention.grad_w_q(*args),
+        )
 
     def np_sim(z):
         return (z["x"] @ z["w_k"].T) @ (z["mu"] @ z["w_q"].T).T
@@ -308,16 +392,25 @@ def build_slot_attention(seed, n, k, d, scale):
         rows = [[mp.fsum(Kx[j, a] * Qm[i, a] for a in range(h)) for i in range(k)] for j in range(n)]
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: slot_attention.energy(p(z), z["x"], z["mu"]), grad,
-                    lambda z: slot_attention.similarity(p(z), z["x"], z["mu"]),
-                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+    return Instance(
+        z,
+        lambda z: slot_attention.energy(p(z), z["x"], z["mu"]),
+        grad,
+        lambda z: slot_attention.similarity(p(z), z["x"], z["mu"]),
+        lambda z: -np.sum(_np_lse(np_sim(z))),
+        mp_ref,
+    )
 
 
 def build_rbm(seed, n, k, d, scale):
     """n samples, k hidden units, d visible units; v is real-valued (continuous relaxation)."""
     rng = np.random.default_rng(seed)
-    z = dict(W=jnp.asarray(rng.normal(size=(d, k))), b=jnp.asarray(rng.normal(size=d)),
-             c=jnp.asarray(rng.normal(size=k)), v=jnp.asarray(scale * rng.normal(size=(n, d))))
+    z = dict(
+        W=jnp.asarray(rng.normal(size=(d, k))),
+        b=jnp.asarray(rng.normal(size=d)),
+        c=jnp.asarray(rng.normal(size=k)),
+        v=jnp.asarray(scale * rng.normal(size=(n, d))),
+    )
 
     def p(z):
         return rbm.Params(z["W"], z["b"], z["c"])
@@ -367,8 +460,14 @@ def build_diffusion(seed, n, k, d, scale):
     def mp_ref(x):
         abar = mp.fprod(1 - mp.mpf(float(b)) for b in betas[:t])
         ra = mp.sqrt(abar)
-        rows = [[-mp.fsum((mp.mpf(float(x[b, a])) - ra * mp.mpf(float(data[i, a]))) ** 2 for a in range(d)) / (2 * (1 - abar))
-                 for i in range(k)] for b in range(n)]
+        rows = [
+            [
+                -mp.fsum((mp.mpf(float(x[b, a])) - ra * mp.mpf(float(data[i, a]))) ** 2 for a in range(d))
+                / (2 * (1 - abar))
+                for i in range(k)
+            ]
+            for b in range(n)
+        ]
         return _mp_lse_energy(rows)
 
     def sim(x):
@@ -390,9 +489,16 @@ def build_pc_mixture(seed, n, k, d, scale):
     """n data points in R^d, k latent causes in R^2, a tanh network with 4 hidden units."""
     rng = np.random.default_rng(seed)
     m, H = 2, 4
-    z = dict(x=jnp.asarray(scale * rng.normal(size=(n, d))), mu=jnp.asarray(rng.normal(size=(k, m))),
-             params=mpc.Params(W1=jnp.asarray(rng.normal(size=(H, m))), b1=jnp.asarray(rng.normal(size=H)),
-                                 W2=jnp.asarray(rng.normal(size=(d, H))), b2=jnp.asarray(rng.normal(size=d))))
+    z = dict(
+        x=jnp.asarray(scale * rng.normal(size=(n, d))),
+        mu=jnp.asarray(rng.normal(size=(k, m))),
+        params=mpc.Params(
+            W1=jnp.asarray(rng.normal(size=(H, m))),
+            b1=jnp.asarray(rng.normal(size=H)),
+            W2=jnp.asarray(rng.normal(size=(d, H))),
+            b2=jnp.asarray(rng.normal(size=d)),
+        ),
+    )
 
     def grad(z):
         args = (z["params"], z["x"], z["mu"])
@@ -407,15 +513,31 @@ def build_pc_mixture(seed, n, k, d, scale):
         P = z["params"]
         f = []
         for mu in z["mu"]:
-            hidden = [mp.tanh(mp.fsum(mp.mpf(float(P.W1[a, b])) * mp.mpf(float(mu[b])) for b in range(m))
-                              + mp.mpf(float(P.b1[a]))) for a in range(H)]
-            f.append([mp.fsum(mp.mpf(float(P.W2[o, a])) * hidden[a] for a in range(H)) + mp.mpf(float(P.b2[o]))
-                      for o in range(d)])
-        rows = [[-mp.fsum((mp.mpf(float(x[o])) - f[j][o]) ** 2 for o in range(d)) / 2 for j in range(k)] for x in z["x"]]
+            hidden = [
+                mp.tanh(
+                    mp.fsum(mp.mpf(float(P.W1[a, b])) * mp.mpf(float(mu[b])) for b in range(m)) + mp.mpf(float(P.b1[a]))
+                )
+                for a in range(H)
+            ]
+            f.append(
+                [
+                    mp.fsum(mp.mpf(float(P.W2[o, a])) * hidden[a] for a in range(H)) + mp.mpf(float(P.b2[o]))
+                    for o in range(d)
+                ]
+            )
+        rows = [
+            [-mp.fsum((mp.mpf(float(x[o])) - f[j][o]) ** 2 for o in range(d)) / 2 for j in range(k)] for x in z["x"]
+        ]
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: mpc.energy(z["params"], z["x"], z["mu"]), grad,
-                    lambda z: mpc.sim(z["params"], z["x"], z["mu"]), np_ref, mp_ref)
+    return Instance(
+        z,
+        lambda z: mpc.energy(z["params"], z["x"], z["mu"]),
+        grad,
+        lambda z: mpc.sim(z["params"], z["x"], z["mu"]),
+        np_ref,
+        mp_ref,
+    )
 
 
 def build_pcn(seed, n, k, d, scale):
@@ -423,10 +545,14 @@ def build_pcn(seed, n, k, d, scale):
     rng = np.random.default_rng(seed)
     sizes = (d, k + 1, 2)
     prec = jnp.asarray([0.5, 1.0, 2.0])
-    z = dict(params=pcn.Params(weights=tuple(jnp.asarray(rng.normal(size=(sizes[l + 1], sizes[l]))) for l in range(2)),
-                                 biases=tuple(jnp.asarray(rng.normal(size=sizes[l + 1])) for l in range(2)),
-                                 prior_mean=jnp.asarray(rng.normal(size=d))),
-             xs=tuple(jnp.asarray(scale * rng.normal(size=(n, s))) for s in sizes))
+    z = dict(
+        params=pcn.Params(
+            weights=tuple(jnp.asarray(rng.normal(size=(sizes[l + 1], sizes[l]))) for l in range(2)),
+            biases=tuple(jnp.asarray(rng.normal(size=sizes[l + 1])) for l in range(2)),
+            prior_mean=jnp.asarray(rng.normal(size=d)),
+        ),
+        xs=tuple(jnp.asarray(scale * rng.normal(size=(n, s))) for s in sizes),
+    )
 
     def grad(z):
         return dict(params=pcn.grad_params(z["params"], z["xs"], prec), xs=pcn.grad_x(z["params"], z["xs"], prec))
@@ -442,18 +568,29 @@ def build_pcn(seed, n, k, d, scale):
     def mp_ref(z):
         P, xs = z["params"], z["xs"]
         pr = [mp.mpf(float(v)) for v in np.asarray(prec)]
-        total = pr[0] / 2 * mp.fsum((mp.mpf(float(a)) - mp.mpf(float(b))) ** 2
-                                    for row in xs[0] for a, b in zip(row, P.prior_mean))
+        total = (
+            pr[0]
+            / 2
+            * mp.fsum((mp.mpf(float(a)) - mp.mpf(float(b))) ** 2 for row in xs[0] for a, b in zip(row, P.prior_mean))
+        )
         for l in range(2):
             for row_in, row_out in zip(xs[l], xs[l + 1]):
                 th = [mp.tanh(mp.mpf(float(v))) for v in row_in]
                 for o in range(sizes[l + 1]):
-                    mu = mp.fsum(mp.mpf(float(P.weights[l][o, i])) * th[i] for i in range(sizes[l])) + mp.mpf(float(P.biases[l][o]))
+                    mu = mp.fsum(mp.mpf(float(P.weights[l][o, i])) * th[i] for i in range(sizes[l])) + mp.mpf(
+                        float(P.biases[l][o])
+                    )
                     total += pr[l + 1] / 2 * (mp.mpf(float(row_out[o])) - mu) ** 2
         return total
 
-    return Instance(z, lambda z: pcn.energy(z["params"], z["xs"], prec), grad,
-                    lambda z: pcn.sim(z["params"], z["xs"], prec).reshape(-1, 1), np_ref, mp_ref)
+    return Instance(
+        z,
+        lambda z: pcn.energy(z["params"], z["xs"], prec),
+        grad,
+        lambda z: pcn.sim(z["params"], z["xs"], prec).reshape(-1, 1),
+        np_ref,
+        mp_ref,
+    )
 
 
 def build_structural(seed, n, k, d, scale):
@@ -482,8 +619,10 @@ def build_structural(seed, n, k, d, scale):
         grad=grad,
         sim=sim,
         numpy=lambda z: 0.5 * np.sum(z["mu"] ** 2) - np.sum(_np_lse(np_sim(z["mu"]))),
-        mpmath=lambda z: mp.mpf(0.5) * mp.fsum(_mpm(z["mu"] ** 2)) + _mp_lse_energy(
-            [[mp.mpf(float(v)) for v in row] for row in np_sim(z["mu"])]),
+        mpmath=lambda z: (
+            mp.mpf(0.5) * mp.fsum(_mpm(z["mu"] ** 2))
+            + _mp_lse_energy([[mp.mpf(float(v)) for v in row] for row in np_sim(z["mu"])])
+        ),
     )
 
 
@@ -497,15 +636,19 @@ def build_expanding(seed, n, k, d, scale):
         return z["sims"] + np.log(z["q"])[:, None] + i * np.log1p(-z["q"])[:, None]
 
     def mp_ref(z):
-        rows = [[mp.mpf(float(s)) + mp.log(mp.mpf(float(q))) + i * mp.log(1 - mp.mpf(float(q)))
-                 for i, s in enumerate(row)] for row, q in zip(z["sims"], z["q"])]
+        rows = [
+            [mp.mpf(float(s)) + mp.log(mp.mpf(float(q))) + i * mp.log(1 - mp.mpf(float(q))) for i, s in enumerate(row)]
+            for row, q in zip(z["sims"], z["q"])
+        ]
         return _mp_lse_energy(rows)
 
     return Instance(
         z=z,
         energy=lambda z: expanding.energy(z["sims"], z["q"]),
         grad=lambda z: dict(sims=expanding.grad_sims(z["sims"], z["q"]), q=expanding.grad_q(z["sims"], z["q"])),
-        sim=lambda z: z["sims"] + jnp.log(z["q"])[:, None] + jnp.arange(z["sims"].shape[-1]) * jnp.log1p(-z["q"])[:, None],
+        sim=lambda z: (
+            z["sims"] + jnp.log(z["q"])[:, None] + jnp.arange(z["sims"].shape[-1]) * jnp.log1p(-z["q"])[:, None]
+        ),
         numpy=lambda z: -np.sum(_np_lse(np_sim(z))),
         mpmath=mp_ref,
     )
@@ -564,8 +707,7 @@ def build_embedding(seed, n, k, d, scale):
         rows = [[mp.fsum(U[c, a] * V[w, a] for a in range(d)) for w in range(k)] for c in range(k)]
         return -mp.fsum(mp.mpf(float(Nc[c])) * mp.log(mp.fsum(mp.exp(s) for s in rows[c])) for c in range(k))
 
-    return Instance(z, lambda z: embedding.energy(p(z), counts), grad, lambda z: embedding.scores(p(z)),
-                    np_ref, mp_ref)
+    return Instance(z, lambda z: embedding.energy(p(z), counts), grad, lambda z: embedding.scores(p(z)), np_ref, mp_ref)
 
 
 def build_gan(seed, n, k, d, scale):
@@ -584,8 +726,8 @@ def build_gan(seed, n, k, d, scale):
         q = p(z)
         a_r, a_f = gan.logit(q, z["x"]), gan.logit(q, gan.generate(q, z["z"]))
         n_r, n_f = a_r.shape[0], a_f.shape[0]
-        g_r = -n_r * gan.grad_logistic_loss(a_r, jnp.ones_like(a_r))    # dE/da_real = 1 - sigma(a)
-        g_f = -n_f * gan.grad_logistic_loss(a_f, jnp.zeros_like(a_f))   # dE/da_fake = -sigma(a)
+        g_r = -n_r * gan.grad_logistic_loss(a_r, jnp.ones_like(a_r))  # dE/da_real = 1 - sigma(a)
+        g_f = -n_f * gan.grad_logistic_loss(a_f, jnp.zeros_like(a_f))  # dE/da_fake = -sigma(a)
         wv = q.discriminator.weights[0][:, 0]
         return dict(x=g_r[:, None] * wv[None, :], z=g_f[:, None] * (q.generator.weights[0] @ wv)[None, :])
 
@@ -601,8 +743,11 @@ def build_gan(seed, n, k, d, scale):
 
     def mp_ref(z):
         def lin(row, W, b):
-            return [mp.fsum(mp.mpf(float(row[i])) * mp.mpf(float(W[i, j])) for i in range(W.shape[0]))
-                    + mp.mpf(float(b[j])) for j in range(W.shape[1])]
+            return [
+                mp.fsum(mp.mpf(float(row[i])) * mp.mpf(float(W[i, j])) for i in range(W.shape[0])) + mp.mpf(float(b[j]))
+                for j in range(W.shape[1])
+            ]
+
         rows = [[mp.mpf(0), -lin(x, w, c)[0]] for x in z["x"]]
         for zz in z["z"]:
             g = lin(zz, A, m)
@@ -625,24 +770,34 @@ def build_population(seed, n, k, d, scale):
 
     def mp_ref(z):
         Fm = [[mp.mpf(float(v)) for v in row] for row in np.asarray(F)]
-        rows = [[mp.fsum(mp.mpf(float(c[i])) * mp.log(Fm[j][i]) - Fm[j][i] for i in range(d)) for j in range(k)]
-                for c in z["counts"]]
+        rows = [
+            [mp.fsum(mp.mpf(float(c[i])) * mp.log(Fm[j][i]) - Fm[j][i] for i in range(d)) for j in range(k)]
+            for c in z["counts"]
+        ]
         return _mp_lse_energy(rows)
 
     def f_like(z):  # F in the dtype of the point (the float32 test casts z only)
         return F.astype(z["counts"].dtype)
 
-    return Instance(z, lambda z: population.energy(z["counts"], f_like(z)),
-                    lambda z: dict(counts=population.grad_energy(z["counts"], f_like(z))),
-                    lambda z: population.sim(z["counts"], f_like(z)),
-                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+    return Instance(
+        z,
+        lambda z: population.energy(z["counts"], f_like(z)),
+        lambda z: dict(counts=population.grad_energy(z["counts"], f_like(z))),
+        lambda z: population.sim(z["counts"], f_like(z)),
+        lambda z: -np.sum(_np_lse(np_sim(z))),
+        mp_ref,
+    )
 
 
 def build_vae(seed, n, k, d, scale):
     """n latent codes z (children), k mixture components of the prior (parents), diagonal covariances."""
     rng = np.random.default_rng(seed)
-    z = dict(logits=jnp.asarray(rng.normal(size=k)), means=jnp.asarray(rng.normal(size=(k, d))),
-             log_scales=jnp.asarray(0.3 * rng.normal(size=(k, d))), z=jnp.asarray(scale * rng.normal(size=(n, d))))
+    z = dict(
+        logits=jnp.asarray(rng.normal(size=k)),
+        means=jnp.asarray(rng.normal(size=(k, d))),
+        log_scales=jnp.asarray(0.3 * rng.normal(size=(k, d))),
+        z=jnp.asarray(scale * rng.normal(size=(n, d))),
+    )
 
     def prior(z):
         return vae.MixturePrior(z["logits"], z["means"], z["log_scales"])
@@ -659,15 +814,31 @@ def build_vae(seed, n, k, d, scale):
 
     def mp_ref(z):
         lse_pi = mp.log(mp.fsum(mp.exp(mp.mpf(float(a))) for a in z["logits"]))
-        rows = [[mp.mpf(float(z["logits"][j])) - lse_pi
-                 + mp.fsum(-(mp.mpf(float(z["z"][i, c])) - mp.mpf(float(z["means"][j, c]))) ** 2
-                           / (2 * mp.exp(2 * mp.mpf(float(z["log_scales"][j, c]))))
-                           - mp.mpf(float(z["log_scales"][j, c])) - mp.log(2 * mp.pi) / 2 for c in range(d))
-                 for j in range(k)] for i in range(n)]
+        rows = [
+            [
+                mp.mpf(float(z["logits"][j]))
+                - lse_pi
+                + mp.fsum(
+                    -((mp.mpf(float(z["z"][i, c])) - mp.mpf(float(z["means"][j, c]))) ** 2)
+                    / (2 * mp.exp(2 * mp.mpf(float(z["log_scales"][j, c]))))
+                    - mp.mpf(float(z["log_scales"][j, c]))
+                    - mp.log(2 * mp.pi) / 2
+                    for c in range(d)
+                )
+                for j in range(k)
+            ]
+            for i in range(n)
+        ]
         return _mp_lse_energy(rows)
 
-    return Instance(z, lambda z: vae.prior_energy(prior(z), z["z"]), grad, lambda z: vae.prior_sim(prior(z), z["z"]),
-                    lambda z: -np.sum(_np_lse(np_sim(z))), mp_ref)
+    return Instance(
+        z,
+        lambda z: vae.prior_energy(prior(z), z["z"]),
+        grad,
+        lambda z: vae.prior_sim(prior(z), z["z"]),
+        lambda z: -np.sum(_np_lse(np_sim(z))),
+        mp_ref,
+    )
 
 
 class Model(NamedTuple):
@@ -923,9 +1094,13 @@ KEYED = {
     "slds.sample": lambda key: slds.sample(_SLDS, jnp.zeros(2), 4, key=key),
     "attention.init_params": lambda key: attention.init_params(3, 2, key=key),
     "attention.init_multihead": lambda key: attention.init_multihead(4, 2, key=key),
-    "slot_attention.fourier_features": lambda key: slot_attention.fourier_features(_DATA2, n_features=4, lengthscale=0.5, key=key),
+    "slot_attention.fourier_features": lambda key: slot_attention.fourier_features(
+        _DATA2, n_features=4, lengthscale=0.5, key=key
+    ),
     "slot_attention.init_slots": lambda key: slot_attention.init_slots(_DATA2, 3, key=key),
-    "slot_attention.blob_scene": lambda key: slot_attention.blob_scene(2, key=key, n_per_blob=3, min_separation=0.1, n_candidates=32),
+    "slot_attention.blob_scene": lambda key: slot_attention.blob_scene(
+        2, key=key, n_per_blob=3, min_separation=0.1, n_candidates=32
+    ),
     "rbm.init_params": lambda key: rbm.init_params(3, 2, key=key, scale=0.5),
     "rbm.sample_hidden": lambda key: rbm.sample_hidden(_RBM, _BIN, key=key),
     "rbm.sample_visible": lambda key: rbm.sample_visible(_RBM, jnp.ones((6, 2)), key=key),
@@ -934,7 +1109,9 @@ KEYED = {
     "rbm.fit": lambda key: rbm.fit(_RBM, _BIN, key=key, n_epochs=1, batch_size=3),
     "diffusion.q_sample": lambda key: diffusion.q_sample(_SCH, _DATA2, 3, key=key),
     "diffusion.q_step": lambda key: diffusion.q_step(_SCH, _DATA2, 3, key=key),
-    "diffusion.simplified_loss": lambda key: diffusion.simplified_loss(diffusion.ideal_epsilon, _DATA2, _SCH, _DATA2, key=key),
+    "diffusion.simplified_loss": lambda key: diffusion.simplified_loss(
+        diffusion.ideal_epsilon, _DATA2, _SCH, _DATA2, key=key
+    ),
     "diffusion.sample": lambda key: diffusion.sample(dmlp.epsilon, _DMLP, _SCH, 3, 2, key=key),
     "diffusion.ideal_sample": lambda key: diffusion.ideal_sample(_DATA2, _SCH, 3, key=key),
     "diffusion_mlp.init_params": lambda key: dmlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
@@ -943,8 +1120,9 @@ KEYED = {
     "mixture_pc.sample": lambda key: mpc.sample(_PCMLP, 2, 3, key=key),
     "pcn.init_params": lambda key: pcn.init_params((2, 3, 2), key=key),
     "population.init_params": lambda key: population.init_params(2, 5, key=key),
-    "pcn.fit": lambda key: pcn.fit(_PCN, _DATA2, _DATA2, key=key, optimizer=_SGD,
-                                                            n_epochs=1, batch_size=4, infer_steps=2),
+    "pcn.fit": lambda key: pcn.fit(
+        _PCN, _DATA2, _DATA2, key=key, optimizer=_SGD, n_epochs=1, batch_size=4, infer_steps=2
+    ),
     "embedding.init_params": lambda key: embedding.init_params(4, 2, key=key),
     "embedding.sample_chain": lambda key: embedding.sample_chain(embedding.ring_transition(5), 20, key=key),
     "embedding.fit": lambda key: embedding.fit(_EMB, _EMB_COUNTS, optimizer=_SGD, n_steps=2, batch_size=3, key=key),
@@ -957,16 +1135,24 @@ KEYED = {
 
 
 def _leaves(out):
-    return [np.asarray(a) for a in jax.tree_util.tree_leaves(out)
-            if not (hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jax.dtypes.prng_key))]
+    return [
+        np.asarray(a)
+        for a in jax.tree_util.tree_leaves(out)
+        if not (hasattr(a, "dtype") and jnp.issubdtype(a.dtype, jax.dtypes.prng_key))
+    ]
 
 
 def test_keyed_registry_is_complete():
     """Every public function with a keyword-only ``key`` (except the structural module) is in KEYED."""
     import inspect
 
-    from lse_energy import attention as m1, diffusion as m2, gmm as m3, mixture_pc as m4
-    from lse_energy import rbm as m5, slds as m6, slot_attention as m7
+    from lse_energy import attention as m1
+    from lse_energy import diffusion as m2
+    from lse_energy import gmm as m3
+    from lse_energy import mixture_pc as m4
+    from lse_energy import rbm as m5
+    from lse_energy import slds as m6
+    from lse_energy import slot_attention as m7
 
     found = set()
     for mod in (ae_mod, m1, m2, m3, m4, pcn, anpc, m5, m6, m7, population, dmlp, embedding, gan, vae):

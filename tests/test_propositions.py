@@ -93,6 +93,7 @@ def test_multihop_is_not_structural_expectation_with_self_edges(variant):
 
 def _regularised_trace(q, k, beta, weight, n_steps=8):
     """E(q) + weight |q|^2 / 2 along q <- attend(q, k, k), evaluated in NumPy from the definition."""
+
     def objective(q_):
         s = beta * q_ @ k.T
         m = s.max(axis=1, keepdims=True)
@@ -153,8 +154,9 @@ def test_expanding_mean_field_sweep_is_the_proposition():
         B = N_INSTANCES // 4  # one batched call per shape
         q, k = rng.normal(size=(B, d)), rng.normal(size=(B, n, d)) * rng.uniform(0.2, 2.0, size=(B, 1, 1))
         alpha0, beta0 = rng.uniform(0.5, 3.0, size=B), rng.uniform(0.5, 3.0, size=B)
-        res = expanding.attend(q, k, np.zeros((B, n, 1)), alpha0=alpha0, beta0=beta0, eps=eps, tol=1e-4,
-                               max_steps=steps, scale=1.0)
+        res = expanding.attend(
+            q, k, np.zeros((B, n, 1)), alpha0=alpha0, beta0=beta0, eps=eps, tol=1e-4, max_steps=steps, scale=1.0
+        )
         for b in range(B):
             by_hand = _mean_field_by_hand(list(k[b] @ q[b]), float(alpha0[b]), float(beta0[b]), eps, 1e-4, steps)
             T = int(res.iterations[b])

@@ -91,8 +91,7 @@ def _make_sim(kind: int, params: tuple):
         (s2,) = params
         return lambda vc, vp, xp=np: -0.5 * xp.sum((vc - vp) ** 2, axis=-1) / s2
     U, g, h = params
-    return lambda vc, vp, xp=np: (xp.tanh(xp.sum((vc @ U) * vp, axis=-1))
-                                  + 0.7 * xp.sin(vc @ g) * xp.cos(vp @ h))
+    return lambda vc, vp, xp=np: xp.tanh(xp.sum((vc @ U) * vp, axis=-1)) + 0.7 * xp.sin(vc @ g) * xp.cos(vp @ h)
 
 
 def _random_structure(rng):
@@ -214,9 +213,15 @@ def test_graph_gradient_terms_is_eq4():
 
         @jax.jit
         def parts(V, params, structure=structure):
-            terms = [core.EnergyTerm(children=ch, parents=pa, mask=m,
-                                     sim=lambda vc, vp, s=_make_sim(kind, p): s(vc, vp, jnp))
-                     for (ch, pa, m, kind), p in zip(structure, params)]
+            terms = [
+                core.EnergyTerm(
+                    children=ch,
+                    parents=pa,
+                    mask=m,
+                    sim=lambda vc, vp, s=_make_sim(kind, p): s(vc, vp, jnp),  # noqa: B008 (binds this term's sim)
+                )
+                for (ch, pa, m, kind), p in zip(structure, params)
+            ]
             return core.graph_gradient_terms(terms, V)
 
         for _ in range(N_INSTANCES // 5):

@@ -60,8 +60,9 @@ def _params(pi, mu, Sigma):
 
 def _log_joint_scipy(pi, mu, Sigma, x):
     """(N, K): ln pi_k + ln N(x_i | mu_k, Sigma_k) from scipy."""
-    return np.stack([np.log(pi[k]) + multivariate_normal(mu[k], Sigma[k]).logpdf(x).reshape(-1)
-                     for k in range(len(pi))], axis=1)
+    return np.stack(
+        [np.log(pi[k]) + multivariate_normal(mu[k], Sigma[k]).logpdf(x).reshape(-1) for k in range(len(pi))], axis=1
+    )
 
 
 def _energy_scipy(pi, mu, Sigma, x) -> float:
@@ -70,8 +71,7 @@ def _energy_scipy(pi, mu, Sigma, x) -> float:
 
 def _posterior_scipy(pi, mu, Sigma, x):
     """Bayes' rule with scipy densities: pi_k N_k(x_i) / sum_j pi_j N_j(x_i)."""
-    joint = np.stack([pi[k] * multivariate_normal(mu[k], Sigma[k]).pdf(x).reshape(-1)
-                      for k in range(len(pi))], axis=1)
+    joint = np.stack([pi[k] * multivariate_normal(mu[k], Sigma[k]).pdf(x).reshape(-1) for k in range(len(pi))], axis=1)
     return joint / joint.sum(axis=1, keepdims=True)
 
 
@@ -188,8 +188,10 @@ def test_energy_gradients_match_complex_step():
             "pi": -r.sum(0) / pi,
         }
         package = {
-            "mu": gmm.grad_means(params, xj), "x": gmm.grad_x(params, xj),
-            "Sigma": gmm.grad_covariances(params, xj), "pi": gmm.grad_weights(params, xj),
+            "mu": gmm.grad_means(params, xj),
+            "x": gmm.grad_x(params, xj),
+            "Sigma": gmm.grad_covariances(params, xj),
+            "pi": gmm.grad_weights(params, xj),
         }
         for key in worst:
             worst[key] = max(worst[key], _rel(formula[key], cs[key]), _rel(package[key], cs[key]))
@@ -243,8 +245,9 @@ def test_em_never_increases_energy_and_needs_the_exact_e_step():
     worst_violation = 0.0
     raised = 0
     for _ in range(N_INSTANCES):
-        pi, mu, Sigma, x = _instance(rng, shapes=[(2, 1, 40), (3, 2, 90)], n_from_model=True,
-                                     concentration=10.0)  # no component of a handful of points
+        pi, mu, Sigma, x = _instance(
+            rng, shapes=[(2, 1, 40), (3, 2, 90)], n_from_model=True, concentration=10.0
+        )  # no component of a handful of points
         theta = (pi, mu, Sigma)
         for _ in range(5):
             r = _posterior_scipy(*theta, x)
@@ -253,8 +256,9 @@ def test_em_never_increases_energy_and_needs_the_exact_e_step():
             E_old, E_new = _energy_scipy(*theta, x), _energy_scipy(*new, x)
             F_old, F_new = _free_energy_def(r, *theta, x), _free_energy_def(r, *new, x)
             scale = abs(E_old)
-            worst_violation = max(worst_violation, (E_new - F_new) / scale, (F_new - F_old) / scale,
-                                  abs(F_old - E_old) / scale)
+            worst_violation = max(
+                worst_violation, (E_new - F_new) / scale, (F_new - F_old) / scale, abs(F_old - E_old) / scale
+            )
             theta = new
         # Without the exact E-step: q random, theta'' = argmin F(q, .).
         q = rng.dirichlet(np.ones(len(pi)), size=x.shape[0])
@@ -393,9 +397,21 @@ def test_em_mean_update_is_preconditioned_gradient_step():
             mm[k] = m
             return _free_energy_def(r, pi, mm, Sigma, x)
 
-        hess = np.array([[(F_at(mu[k] + I[a] + I[b]) - F_at(mu[k] + I[a] - I[b])
-                           - F_at(mu[k] - I[a] + I[b]) + F_at(mu[k] - I[a] - I[b])) / 4
-                          for b in range(d)] for a in range(d)])
+        hess = np.array(
+            [
+                [
+                    (
+                        F_at(mu[k] + I[a] + I[b])
+                        - F_at(mu[k] + I[a] - I[b])
+                        - F_at(mu[k] - I[a] + I[b])
+                        + F_at(mu[k] - I[a] - I[b])
+                    )
+                    / 4
+                    for b in range(d)
+                ]
+                for a in range(d)
+            ]
+        )
         worst_hess = max(worst_hess, _rel(hess, Nk[k] * np.linalg.inv(Sigma[k])))
     assert worst_step < 1e-10, worst_step
     assert worst_hess < 1e-8, worst_hess
@@ -430,8 +446,7 @@ def test_seed_energy_with_shared_covariance_differs_by_a_constant():
             if shared:
                 worst = max(worst, abs(E - (E_seed + consts[0])) / abs(E), _rel(r_seed, r))
             else:
-                unequal_differs += (_rel(r_seed, r) > 1e-6
-                                    and min(abs(E - E_seed - c) for c in consts) > 1e-6 * abs(E))
+                unequal_differs += _rel(r_seed, r) > 1e-6 and min(abs(E - E_seed - c) for c in consts) > 1e-6 * abs(E)
     assert worst < 1e-10, worst
     assert unequal_differs == N_INSTANCES, unequal_differs
 
@@ -476,8 +491,9 @@ def test_seed_energy_has_no_covariance_minimiser():
         pkg = np.asarray(gmm.grad_covariances(_params(pi, mu, Sigma), jnp.asarray(x), normalised=False))
         worst = max(worst, _rel(formula, cs), _rel(pkg, cs))
         assert np.all(np.linalg.eigvalsh(formula) <= 1e-12 * np.max(np.abs(formula)))
-        E_seed = np.array([-np.sum(logsumexp(_sim_cs(pi, mu, a * Sigma, x, normalised=False).real, axis=1))
-                           for a in scales])
+        E_seed = np.array(
+            [-np.sum(logsumexp(_sim_cs(pi, mu, a * Sigma, x, normalised=False).real, axis=1)) for a in scales]
+        )
         assert np.all(E_seed >= 0) and np.all(np.diff(E_seed) < 0)
         assert E_seed[-1] < 1e-6 * E_seed[0]
         E = [_energy_scipy(pi, mu, a * Sigma, x) for a in scales[-3:]]

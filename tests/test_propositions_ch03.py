@@ -146,7 +146,7 @@ def test_energy_gradients_and_seed_signs():
             al = _alpha(pi, A, b, Sigma, x[t], x[t + 1], normalised)
             for k in range(K):
                 u = P[k] @ (x[t + 1] - A[k] @ x[t] - b[k])
-                g_next[t] += al[k] * u          # dE/dx_{t+1} = +sum alpha Sigma^-1 r
+                g_next[t] += al[k] * u  # dE/dx_{t+1} = +sum alpha Sigma^-1 r
                 g_prev[t] -= al[k] * A[k].T @ u  # dE/dx_t = -sum alpha A^T Sigma^-1 r
                 g_A[k] -= al[k] * np.outer(u, x[t])
                 g_b[k] -= al[k] * u
@@ -154,16 +154,28 @@ def test_energy_gradients_and_seed_signs():
         g_traj[1:] += g_next  # child of x_{t-1}
         g_traj[:-1] += g_prev  # parent of x_{t+1}
         # independent: complex-step derivatives of eq. (17)
-        cs_next = np.stack([_complex_step_grad(
-            lambda v, t=t: _term_energy(x[t], v, pi, A, b, Sigma, normalised), x[t + 1]) for t in range(T - 1)])
-        cs_prev = np.stack([_complex_step_grad(
-            lambda v, t=t: _term_energy(v, x[t + 1], pi, A, b, Sigma, normalised), x[t]) for t in range(T - 1)])
+        cs_next = np.stack(
+            [
+                _complex_step_grad(lambda v, t=t: _term_energy(x[t], v, pi, A, b, Sigma, normalised), x[t + 1])
+                for t in range(T - 1)
+            ]
+        )
+        cs_prev = np.stack(
+            [
+                _complex_step_grad(lambda v, t=t: _term_energy(v, x[t + 1], pi, A, b, Sigma, normalised), x[t])
+                for t in range(T - 1)
+            ]
+        )
         cs_traj = _complex_step_grad(lambda v: _energy(pi, A, b, Sigma, v, normalised), x)
         cs_A = _complex_step_grad(lambda v: _energy(pi, v, b, Sigma, x, normalised), A)
         cs_b = _complex_step_grad(lambda v: _energy(pi, A, v, Sigma, x, normalised), b)
         p, xj = _params(pi, A, b, Sigma), jnp.asarray(x)
         pairs = [
-            (g_next, cs_next), (g_prev, cs_prev), (g_traj, cs_traj), (g_A, cs_A), (g_b, cs_b),
+            (g_next, cs_next),
+            (g_prev, cs_prev),
+            (g_traj, cs_traj),
+            (g_A, cs_A),
+            (g_b, cs_b),
             (slds.grad_next(p, xj, normalised=normalised), cs_next),
             (slds.grad_prev(p, xj, normalised=normalised), cs_prev),
             (slds.grad_trajectory(p, xj, normalised=normalised), cs_traj),
@@ -237,8 +249,13 @@ def test_m_step_minimises_expected_energy():
         lam = float(rng.choice([0.0, 1e-3, 0.5]))
         pi, W, Sigma = _closed_form(alpha, x, lam)
         pkg = slds.m_step(jnp.asarray(x), jnp.asarray(alpha), reg_covar=lam)
-        worst_pkg = max(worst_pkg, _rel(pkg.weights, pi), _rel(pkg.A, W[:, :, :d]),
-                        _rel(pkg.b, W[:, :, d]), _rel(pkg.covariances, Sigma))
+        worst_pkg = max(
+            worst_pkg,
+            _rel(pkg.weights, pi),
+            _rel(pkg.A, W[:, :, :d]),
+            _rel(pkg.b, W[:, :, d]),
+            _rel(pkg.covariances, Sigma),
+        )
         eta = np.log(pi)
         grads = [
             _complex_step_grad(lambda v: _Q(alpha, x, pi, v, Sigma, lam), W),
@@ -277,7 +294,7 @@ def test_m_step_conditions():
         x = rng.normal(size=(T, d))
         alpha = np.zeros((T - 1, 2))
         alpha[: d + 1, 0] = 1.0  # mode 0: exactly d + 1 transitions
-        alpha[d + 1:, 1] = 1.0
+        alpha[d + 1 :, 1] = 1.0
         pi, W, _ = _closed_form(alpha, x, 0.0)
         Qs = []
         for eps in (1e-2, 1e-4, 1e-6):
@@ -363,14 +380,16 @@ def test_impute_step_is_safe():
         xs = x.copy()
         E_prev = _energy(pi, A, b, Sigma, xs)
         for _ in range(20):
-            g = _complex_step_grad(lambda v: _energy(pi, A, b, Sigma, np.concatenate([xs[:t], v[None], xs[t + 1:]])), xs[t])
+            g = _complex_step_grad(
+                lambda v: _energy(pi, A, b, Sigma, np.concatenate([xs[:t], v[None], xs[t + 1 :]])), xs[t]
+            )
             xs[t] = xs[t] - g / L
             E_new = _energy(pi, A, b, Sigma, xs)
             assert E_new <= E_prev + 1e-12 * abs(E_prev)
             E_prev = E_new
         # two adjacent free states
         s = int(rng.integers(T - 1))
-        H_pair = np.asarray(_hessian(*args, jnp.asarray(x)))[s:s + 2, :, s:s + 2, :].reshape(2 * d, 2 * d)
+        H_pair = np.asarray(_hessian(*args, jnp.asarray(x)))[s : s + 2, :, s : s + 2, :].reshape(2 * d, 2 * d)
         lam_pair = np.max(np.linalg.eigvalsh(H_pair))
         exceeded += lam_pair > L * (1 + 1e-9)
         worst_pair_ratio = max(worst_pair_ratio, lam_pair / (2 * L))

@@ -10,14 +10,13 @@ The proposition's proof in ``book/04_mixture_predictive_coding.ipynb`` names its
 from __future__ import annotations
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 
 from lse_energy import mixture_pc as mpc
+
+jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
 C_TANH2 = 4.0 / (3.0 * np.sqrt(3.0))  # max_z |tanh''(z)|
@@ -120,8 +119,11 @@ def test_latent_gradient_pc_grad_mu():
         assert all(J.shape == (x.shape[1], mu.shape[1]) for J in Js)
         formula = np.stack([J.T @ s[k] for k, J in enumerate(Js)])
         W1, _, W2, _ = p
-        scale = np.linalg.norm(W1, 2) * np.linalg.norm(W2, 2) * float(
-            np.linalg.norm(np.einsum("nk,nk->k", alpha, np.linalg.norm(e, axis=-1))))
+        scale = (
+            np.linalg.norm(W1, 2)
+            * np.linalg.norm(W2, 2)
+            * float(np.linalg.norm(np.einsum("nk,nk->k", alpha, np.linalg.norm(e, axis=-1))))
+        )
         auto = -np.asarray(_grad_mu(p, x, mu))
         assert _close(formula, auto, scale)
         assert _close(-np.asarray(mpc.grad_mu(_params(p), x, mu)), auto, scale)

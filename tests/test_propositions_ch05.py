@@ -12,15 +12,14 @@ names its test.
 from __future__ import annotations
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 from scipy import special
 
 from lse_energy import attention as A
+
+jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
 TOL = 1e-12  # float64, exact algebra
@@ -59,8 +58,11 @@ def _cross_energy_tokens(wq, wk, xq, xk, beta, mask):
 
 
 _cross_grads = jax.jit(jax.grad(_cross_energy_tokens, argnums=(0, 1, 2, 3)))
-_cross_grads_qk = jax.jit(jax.grad(
-    lambda q, k, beta, mask: -jnp.sum(logsumexp(jnp.where(mask, beta * q @ k.T, -jnp.inf), axis=1)), argnums=(0, 1)))
+_cross_grads_qk = jax.jit(
+    jax.grad(
+        lambda q, k, beta, mask: -jnp.sum(logsumexp(jnp.where(mask, beta * q @ k.T, -jnp.inf), axis=1)), argnums=(0, 1)
+    )
+)
 
 
 def test_cross_attention_gradients():

@@ -11,15 +11,14 @@ The proposition's proof in ``book/06_hopfield.ipynb`` names its test.
 from __future__ import annotations
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import numpy as np
 from jax.scipy.special import logsumexp
 from scipy import special
 
 from lse_energy import hopfield
+
+jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
 TOL = 1e-12  # float64, exact algebra
@@ -137,8 +136,9 @@ def test_retrieval_step_is_cccp_step():
     and cccp_surrogate. Without the quadratic term (the bare eq. (9)), the same update raises the
     energy on at least one instance in five: the convex part is what CCCP minimises."""
     rng = np.random.default_rng(62)
-    grad_S = jax.jit(jax.grad(lambda X, Xbar, M, beta, xi: 0.5 * jnp.sum(X**2) + _energy(Xbar, M, beta)
-                              - jnp.sum(xi * (X - Xbar))))
+    grad_S = jax.jit(
+        jax.grad(lambda X, Xbar, M, beta, xi: 0.5 * jnp.sum(X**2) + _energy(Xbar, M, beta) - jnp.sum(xi * (X - Xbar)))
+    )
     bare_rises = 0
     for _ in range(N_INSTANCES):
         M, Xbar, beta = _instance(rng, beta_range=(0.01, 1e3))

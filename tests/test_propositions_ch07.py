@@ -31,13 +31,13 @@ N_INSTANCES = 100
 
 # (N tokens, S slots, d_x, d_mu, h = rows of W_K and W_Q)
 SHAPES = [
-    (7, 4, 3, 2, 5),   # non-square maps, S > d_mu
-    (5, 2, 3, 4, 3),   # S < d_mu: C_mumu singular; h < d_mu
-    (1, 3, 2, 2, 2),   # a single token
-    (6, 1, 4, 3, 4),   # a single slot
+    (7, 4, 3, 2, 5),  # non-square maps, S > d_mu
+    (5, 2, 3, 4, 3),  # S < d_mu: C_mumu singular; h < d_mu
+    (1, 3, 2, 2, 2),  # a single token
+    (6, 1, 4, 3, 4),  # a single slot
 ]
-STIEFEL = [sh for sh in SHAPES if sh[4] >= sh[3]]          # W_Q can have orthonormal columns
-MORE_TOKENS = [sh for sh in SHAPES if sh[0] > sh[2]]      # C_xx invertible
+STIEFEL = [sh for sh in SHAPES if sh[4] >= sh[3]]  # W_Q can have orthonormal columns
+MORE_TOKENS = [sh for sh in SHAPES if sh[0] > sh[2]]  # C_xx invertible
 
 # the package's functions under test, jitted (scalars are traced, so varying them does not recompile)
 grad_x, grad_mu, grad_w_k, grad_w_q = (jax.jit(f) for f in (sa.grad_x, sa.grad_mu, sa.grad_w_k, sa.grad_w_q))
@@ -72,8 +72,7 @@ def attention_np(w_k, w_q, x, mu):
 
 def surrogate_np(w_k, w_q, x, mu, a):
     """L = sum_ji A_ji |W_K x_j - W_Q mu_i|^2 by an explicit double loop (complex-safe)."""
-    return sum(a[j, i] * np.sum((w_k @ x[j] - w_q @ mu[i]) ** 2)
-               for j in range(len(x)) for i in range(len(mu)))
+    return sum(a[j, i] * np.sum((w_k @ x[j] - w_q @ mu[i]) ** 2) for j in range(len(x)) for i in range(len(mu)))
 
 
 def random_instance(rng, shape):
@@ -119,8 +118,12 @@ def test_slot_gradients_match_complex_step_derivatives():
     worst = 0.0
     for _, _, _, (w_k, w_q, x, mu) in instances(700):
         args = (w_k, w_q, x, mu)
-        auto = {"13": complex_step(energy_np, args, 2), "14": complex_step(energy_np, args, 3),
-                "W_K": complex_step(energy_np, args, 0), "W_Q": complex_step(energy_np, args, 1)}
+        auto = {
+            "13": complex_step(energy_np, args, 2),
+            "14": complex_step(energy_np, args, 3),
+            "W_K": complex_step(energy_np, args, 0),
+            "W_Q": complex_step(energy_np, args, 1),
+        }
         a = attention_np(w_k, w_q, x, mu)
         pairs = list(itertools.product(range(len(x)), range(len(mu))))
         minus_gx = np.zeros_like(x)
@@ -132,8 +135,12 @@ def test_slot_gradients_match_complex_step_derivatives():
             c_xmu += a[j, i] * np.outer(x[j], mu[i])
         formula = {"13": -minus_gx, "14": -minus_gmu, "W_K": -w_q @ c_xmu.T, "W_Q": -w_k @ c_xmu}
         p = params(w_k, w_q)
-        package = {"13": grad_x(p, x, mu), "14": grad_mu(p, x, mu),
-                   "W_K": grad_w_k(p, x, mu), "W_Q": grad_w_q(p, x, mu)}
+        package = {
+            "13": grad_x(p, x, mu),
+            "14": grad_mu(p, x, mu),
+            "W_K": grad_w_k(p, x, mu),
+            "W_Q": grad_w_q(p, x, mu),
+        }
         for name, derivative in auto.items():
             worst = max(worst, rel(formula[name], derivative), rel(package[name], derivative))
     assert worst < 1e-10, worst
@@ -175,7 +182,8 @@ def test_slot_gradient_descent_on_eq12_tangent_bound_and_divergence():
         drop = eta * float(np.sum(g_norms**2))
         assert e_end <= e0 - drop + 1e-10 * max(1.0, abs(e_end))
         floor = (drop - e0 - len(x) * np.log(len(mu))) / (
-            np.linalg.norm(w_k.T @ w_q, 2) * np.sum(np.linalg.norm(x, axis=1)))
+            np.linalg.norm(w_k.T @ w_q, 2) * np.sum(np.linalg.norm(x, axis=1))
+        )
         assert np.max(np.linalg.norm(m, axis=1)) >= floor * (1 - 1e-12)
 
         # the exception: g_0 = 0 (mu = 0, tokens summing to zero) is a maximum and never moves
@@ -202,7 +210,7 @@ def test_slot_free_energy_step_descends_iff_eta_at_most_two_over_lambda():
         assert f1 <= f0 - eta * (1 - lam * eta / 2) * float(np.sum(g_f**2)) + 1e-11 * max(1.0, abs(f0), abs(f1))
         p = params(w_k, w_q)
         assert rel(gradient_step(p, x, mu, eta, lam), mu - eta * g_f) < 1e-10
-        v = x @ w_k.T @ w_q                                   # rows W_Q^T W_K x_j
+        v = x @ w_k.T @ w_q  # rows W_Q^T W_K x_j
         cccp = np.zeros_like(mu)
         for i in range(len(mu)):
             for j in range(len(x)):
@@ -231,7 +239,7 @@ def test_slot_m_step_closed_forms_are_least_squares_minimisers():
     surrogate, and alternating them never increases L >= 0 = L(0, 0). Two of the four
     shapes have fewer slots than dimensions, where C_mumu (rank <= S) has no inverse."""
     singular = 0
-    for _, _, (n, s, dx, dmu, h), (w_k, w_q, x, mu) in instances(703):
+    for _, _, (n, s, _dx, dmu, _h), (w_k, w_q, x, mu) in instances(703):
         a = attention_np(w_k, w_q, x, mu)
         c_mumu = mu.T @ np.diag(a.sum(0)) @ mu
         assert np.linalg.matrix_rank(c_mumu) <= s
@@ -239,18 +247,23 @@ def test_slot_m_step_closed_forms_are_least_squares_minimisers():
         p = params(w_k, w_q)
         pairs = list(itertools.product(range(n), range(s)))
         new_q = np.asarray(m_step_w_q(p, x, mu, a))
-        ref_q = _lstsq([np.sqrt(a[j, i]) * mu[i] for j, i in pairs],
-                       [np.sqrt(a[j, i]) * (w_k @ x[j]) for j, i in pairs])
+        ref_q = _lstsq(
+            [np.sqrt(a[j, i]) * mu[i] for j, i in pairs], [np.sqrt(a[j, i]) * (w_k @ x[j]) for j, i in pairs]
+        )
         assert rel(new_q, ref_q) < 1e-8
         g0 = np.linalg.norm(complex_step(surrogate_np, (w_k, w_q, x, mu, a), 1))
         g1 = np.linalg.norm(complex_step(surrogate_np, (w_k, new_q, x, mu, a), 1))
         assert g1 < 1e-9 * max(g0, 1.0)
         new_k = np.asarray(m_step_w_k(params(w_k, new_q), x, mu, a))
-        ref_k = _lstsq([np.sqrt(a[j, i]) * x[j] for j, i in pairs],
-                       [np.sqrt(a[j, i]) * (new_q @ mu[i]) for j, i in pairs])
+        ref_k = _lstsq(
+            [np.sqrt(a[j, i]) * x[j] for j, i in pairs], [np.sqrt(a[j, i]) * (new_q @ mu[i]) for j, i in pairs]
+        )
         assert rel(new_k, ref_k) < 1e-8
-        values = [surrogate_np(w_k, w_q, x, mu, a), surrogate_np(w_k, new_q, x, mu, a),
-                  surrogate_np(new_k, new_q, x, mu, a)]
+        values = [
+            surrogate_np(w_k, w_q, x, mu, a),
+            surrogate_np(w_k, new_q, x, mu, a),
+            surrogate_np(new_k, new_q, x, mu, a),
+        ]
         assert np.all(np.diff(values) <= 1e-12 * values[0]) and min(values) >= 0
         assert surrogate_np(0 * w_k, 0 * w_q, x, mu, a) == 0.0
     assert singular >= N_INSTANCES // 2
@@ -348,11 +361,12 @@ def test_procrustes_step_is_the_minimiser_over_the_orthogonal_group():
     resolution and is never above it; for the other shapes (Stiefel W_Q, h >= d_mu) it
     is never above 50 random orthonormal W nor 20 small moves along the manifold."""
     angles = np.linspace(0, 2 * np.pi, 3600, endpoint=False)
-    rot = np.stack([np.stack([np.cos(angles), -np.sin(angles)], -1),
-                    np.stack([np.sin(angles), np.cos(angles)], -1)], -2)
+    rot = np.stack(
+        [np.stack([np.cos(angles), -np.sin(angles)], -1), np.stack([np.sin(angles), np.cos(angles)], -1)], -2
+    )
     grid = np.concatenate([rot, rot @ np.diag([1.0, -1.0])])
     shapes = [(1, 3, 2, 2, 2), (8, 3, 3, 2, 2)] + STIEFEL
-    for k, rng, (n, s, dx, dmu, h), (w_k, _, x, mu) in instances(707, shapes):
+    for k, rng, (_n, _s, _dx, dmu, h), (w_k, _, x, mu) in instances(707, shapes):
         rho = 0.0 if k % 2 == 0 else float(rng.uniform(0, 2))
         w_q = grid[rng.integers(len(grid))] if h == dmu == 2 else orthonormal_columns(rng, h, dmu)
         a = attention_np(w_k, w_q, x, mu)
@@ -364,7 +378,7 @@ def test_procrustes_step_is_the_minimiser_over_the_orthogonal_group():
             d2 = np.sum(((x @ w_k.T)[None, :, None, :] - np.einsum("gab,ib->gia", grid, mu)[:, None]) ** 2, -1)
             values = np.einsum("ji,gji->g", a, d2) + rho * np.sum((grid - w_q) ** 2, axis=(1, 2))
             assert best <= values.min() + tol
-            assert values.min() - best <= 1e-4 * max(1.0, abs(best))   # grid spacing 1.7e-3 rad
+            assert values.min() - best <= 1e-4 * max(1.0, abs(best))  # grid spacing 1.7e-3 rad
         else:
             others = [orthonormal_columns(rng, h, dmu) for _ in range(50)]
             for _ in range(20):
@@ -379,7 +393,7 @@ def test_procrustes_step_lowers_surrogate_energy_and_em_free_energy():
     Procrustes M-step) never raises F_lam over 5 iterations. Without the condition
     (W_Q = 3 x orthonormal) the same step raises eq. (12) on most instances."""
     raised_without = 0
-    for _, rng, (n, s, dx, dmu, h), (w_k, _, x, mu) in instances(708, STIEFEL):
+    for _, rng, (_n, _s, _dx, dmu, h), (w_k, _, x, mu) in instances(708, STIEFEL):
         w_q = orthonormal_columns(rng, h, dmu)
         rho = float(rng.uniform(0, 1))
         a = attention_np(w_k, w_q, x, mu)

@@ -47,8 +47,12 @@ def _enumerate(f, coupling=None):
     over every phi in {0..n-1}^m, with f of shape (m, n)."""
     m, n = f.shape
     structures = list(itertools.product(range(n), repeat=m))
-    logp = np.array([sum(f[i, phi[i]] for i in range(m)) + (0.0 if coupling is None else coupling[phi[0], phi[1]])
-                     for phi in structures])
+    logp = np.array(
+        [
+            sum(f[i, phi[i]] for i in range(m)) + (0.0 if coupling is None else coupling[phi[0], phi[1]])
+            for phi in structures
+        ]
+    )
     p = np.exp(logp - logp.max())
     return structures, p / p.sum()
 
@@ -61,7 +65,7 @@ def test_attention_is_the_posterior_expectation_by_enumeration():
     (f_i = q_i.k_j + ln pi_ij, v_i = W_V x_j) it is ``attend(q, k, x W_V^T, beta=1,
     bias=ln pi)``, row i."""
     rng = np.random.default_rng(800)
-    shapes = [(1, 4), (2, 3), (3, 4), (3, 2)]                   # (queries m, keys n)
+    shapes = [(1, 4), (2, 3), (3, 4), (3, 2)]  # (queries m, keys n)
     worst = 0.0
     for k, (m, n) in zip(range(N_INSTANCES), itertools.cycle(shapes)):
         d, dv = 2, 3
@@ -69,15 +73,15 @@ def test_attention_is_the_posterior_expectation_by_enumeration():
         x = rng.normal(size=(n, 4))
         w_v = rng.normal(size=(dv, 4))
         prior = np.full((m, n), 1.0 / n) if k % 2 == 0 else rng.dirichlet(np.ones(n), size=m)
-        f = q @ keys.T + np.log(prior)                          # f_i(phi_i = j)
+        f = q @ keys.T + np.log(prior)  # f_i(phi_i = j)
         structures, post = _enumerate(f)
         product = np.array([np.prod([softmax_np(f[i])[phi[i]] for i in range(m)]) for phi in structures])
         worst = max(worst, np.max(np.abs(post - product)))
         marginal = np.zeros((m, n))
-        tables = rng.normal(size=(m, n, dv))                    # arbitrary v_i(phi_i)
+        tables = rng.normal(size=(m, n, dv))  # arbitrary v_i(phi_i)
         expect_tables = np.zeros(dv)
         expect_attention = np.zeros((m, dv))
-        values = x @ w_v.T                                      # v_i(phi_i = j) = W_V x_j
+        values = x @ w_v.T  # v_i(phi_i = j) = W_V x_j
         for p_phi, phi in zip(post, structures):
             for i in range(m):
                 marginal[i, phi[i]] += p_phi
@@ -86,8 +90,12 @@ def test_attention_is_the_posterior_expectation_by_enumeration():
         sum_of_marginals = sum(softmax_np(f[i]) @ tables[i] for i in range(m))
         weights = np.asarray(attention_weights(q, keys, np.log(prior)))
         attended = np.asarray(attend(q, keys, values, np.log(prior)))
-        worst = max(worst, np.max(np.abs(weights - marginal)), np.max(np.abs(attended - expect_attention)),
-                    np.max(np.abs(expect_tables - sum_of_marginals)))
+        worst = max(
+            worst,
+            np.max(np.abs(weights - marginal)),
+            np.max(np.abs(attended - expect_attention)),
+            np.max(np.abs(expect_tables - sum_of_marginals)),
+        )
     assert worst < 1e-12, worst
 
 
@@ -117,9 +125,9 @@ def test_posterior_does_not_factorise_without_a_factorised_joint():
 def free_energy_np(mu, x, w, prior):
     """F = |mu|^2 / 2 - sum_factors ln sum_edges exp(mu_i . W x_j), by explicit loops."""
     wx = [w @ xj for xj in x]
-    if prior == "hopfield":       # factor = latent i, edges = observations j
+    if prior == "hopfield":  # factor = latent i, edges = observations j
         factors = [[mu[i] @ wx[j] for j in range(len(x))] for i in range(len(mu))]
-    else:                         # factor = observation j, edges = latents i
+    else:  # factor = observation j, edges = latents i
         factors = [[mu[i] @ wx[j] for i in range(len(mu))] for j in range(len(x))]
     total = 0.5 * np.sum(mu * mu)
     for psi in factors:
@@ -145,7 +153,7 @@ def cccp_np(mu, x, w, prior):
     return out
 
 
-SHAPES = [(3, 5, 2, 3), (1, 4, 3, 2), (4, 2, 2, 2), (2, 7, 4, 3)]   # (m latents, n obs, d_mu, d_x)
+SHAPES = [(3, 5, 2, 3), (1, 4, 3, 2), (4, 2, 2, 2), (2, 7, 4, 3)]  # (m latents, n obs, d_mu, d_x)
 
 
 def _instances(seed):
@@ -192,8 +200,14 @@ def test_cccp_fixed_points_are_the_stationary_points():
         shape = mu.shape
 
         extra = (shape, x, w, prior)
-        res = minimize(_flat_free_energy, mu.ravel(), args=extra, jac=_flat_gradient, method="BFGS",
-                       options={"gtol": 1e-10, "maxiter": 2000})
+        res = minimize(
+            _flat_free_energy,
+            mu.ravel(),
+            args=extra,
+            jac=_flat_gradient,
+            method="BFGS",
+            options={"gtol": 1e-10, "maxiter": 2000},
+        )
         star = res.x.reshape(shape)
         residual = np.linalg.norm(_flat_gradient(res.x, *extra))
         assert residual < 1e-6

@@ -24,7 +24,7 @@ from lse_energy import rbm
 jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
-SHAPES = [(3, 2), (5, 4), (4, 6), (6, 3)]          # (m visible, n hidden)
+SHAPES = [(3, 2), (5, 4), (4, 6), (6, 3)]  # (m visible, n hidden)
 
 # the package's functions under test, jitted once per shape
 free_energy, hidden_probs, energy_gap = jax.jit(rbm.free_energy), jax.jit(rbm.hidden_probs), jax.jit(rbm.energy_gap)
@@ -39,8 +39,11 @@ def states(n):
 def joint_energy(W, b, c, v, h):
     """E(v, h) = -sum_ij v_i W_ij h_j - sum_i b_i v_i - sum_j c_j h_j, term by term."""
     m, n = W.shape
-    return -(sum(v[i] * W[i, j] * h[j] for i in range(m) for j in range(n))
-             + sum(b[i] * v[i] for i in range(m)) + sum(c[j] * h[j] for j in range(n)))
+    return -(
+        sum(v[i] * W[i, j] * h[j] for i in range(m) for j in range(n))
+        + sum(b[i] * v[i] for i in range(m))
+        + sum(c[j] * h[j] for j in range(n))
+    )
 
 
 def lse(z):
@@ -110,10 +113,12 @@ def test_free_energy_and_posterior_match_enumeration_over_hidden_states():
             product = np.prod(np.where(hs == 1, ph_pkg[r], 1 - ph_pkg[r]), axis=1)
             worst = max(worst, np.max(np.abs(post - product)), np.max(np.abs(post @ hs - ph_pkg[r])))
             h0 = np.zeros(n)
-            flips = np.array([joint_energy(W, b, c, v, np.eye(n)[j]) - joint_energy(W, b, c, v, h0)
-                              for j in range(n)])
-            worst = max(worst, np.max(np.abs(1 / (1 + np.exp(flips)) - post @ hs)),
-                        np.max(np.abs(gap_pkg[r] - flips)) / max(1.0, np.max(np.abs(flips))))
+            flips = np.array([joint_energy(W, b, c, v, np.eye(n)[j]) - joint_energy(W, b, c, v, h0) for j in range(n)])
+            worst = max(
+                worst,
+                np.max(np.abs(1 / (1 + np.exp(flips)) - post @ hs)),
+                np.max(np.abs(gap_pkg[r] - flips)) / max(1.0, np.max(np.abs(flips))),
+            )
     assert worst < 1e-12, worst
 
 
@@ -171,11 +176,17 @@ def test_free_energy_and_log_likelihood_gradients_match_complex_steps():
         f_all = np.array([free_energy_enum(W, b, c, v) for v in vs])
         q = np.exp(-f_all - lse(-f_all))
         p_all, p_data = 1 / (1 + np.exp(-(vs @ W + c))), 1 / (1 + np.exp(-(data @ W + c)))
-        phases = {"W": data.T @ p_data / len(data) - (vs.T * q) @ p_all,
-                  "b": data.mean(0) - q @ vs, "c": p_data.mean(0) - q @ p_all}
+        phases = {
+            "W": data.T @ p_data / len(data) - (vs.T * q) @ p_all,
+            "b": data.mean(0) - q @ vs,
+            "c": p_data.mean(0) - q @ p_all,
+        }
         for argnum, name in enumerate("Wbc"):
             auto = complex_step(log_likelihood_enum, (W, b, c, data), argnum)
             scale = max(np.linalg.norm(auto), 1e-3)
-            worst = max(worst, np.linalg.norm(np.asarray(getattr(exact, name)) - auto) / scale,
-                        np.linalg.norm(phases[name] - auto) / scale)
+            worst = max(
+                worst,
+                np.linalg.norm(np.asarray(getattr(exact, name)) - auto) / scale,
+                np.linalg.norm(phases[name] - auto) / scale,
+            )
     assert worst < 1e-10, worst

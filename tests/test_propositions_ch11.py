@@ -17,9 +17,6 @@ Instances are drawn from numpy's default_rng with fixed seeds; everything is flo
 from __future__ import annotations
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import jax.scipy.stats as jst
@@ -30,6 +27,8 @@ from scipy.stats import multivariate_normal, norm
 
 from lse_energy import diffusion as df
 from lse_energy import hopfield
+
+jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
 GH_X, GH_W = np.polynomial.hermite.hermgauss(12)  # exact for polynomials of degree <= 23
@@ -65,8 +64,13 @@ grad_log_density = jax.jit(jax.grad(log_density_jax, argnums=2))
 SHAPES = [(1, 2), (3, 1), (5, 3), (8, 2)]  # (N, d): a few shapes, so that the jitted code compiles a few times only
 
 # The package's functions, jitted together (eager calls would compile every primitive for every shape).
-ideal_all = jax.jit(lambda data, sch, x, t: (df.ideal_score(data, sch, x, t), df.ideal_denoiser(data, sch, x, t),
-                                             df.ideal_epsilon(data, sch, x, t)))
+ideal_all = jax.jit(
+    lambda data, sch, x, t: (
+        df.ideal_score(data, sch, x, t),
+        df.ideal_denoiser(data, sch, x, t),
+        df.ideal_epsilon(data, sch, x, t),
+    )
+)
 reverse_all = jax.jit(lambda sch, x0, xt, t, eps: (*df.q_posterior(sch, x0, xt, t), df.reverse_mean(sch, xt, t, eps)))
 kl_weight = jax.jit(df.kl_weight)
 effective_beta = jax.jit(df.effective_beta)
@@ -93,7 +97,9 @@ def test_ideal_denoiser_is_bayes_posterior_mean_and_minimiser():
     worst = {"score": 0.0, "bayes": 0.0, "tweedie": 0.0, "eps": 0.0, "argmin": 0.0}
     for _ in range(N_INSTANCES):
         sch, data, t, abar, x = _ideal_instance(rng)
-        score, den, eps = (np.asarray(v)[0] for v in ideal_all(jnp.asarray(data), sch, jnp.asarray(x[None]), jnp.array([t])))
+        score, den, eps = (
+            np.asarray(v)[0] for v in ideal_all(jnp.asarray(data), sch, jnp.asarray(x[None]), jnp.array([t]))
+        )
         # (1) score = gradient of an independently written log density (jax.scipy + jax.grad)
         score_ref = np.asarray(grad_log_density(jnp.asarray(data), abar, jnp.asarray(x)))
         worst["score"] = max(worst["score"], np.max(np.abs(score - score_ref)) / (1 + np.max(np.abs(score_ref))))
@@ -110,8 +116,12 @@ def test_ideal_denoiser_is_bayes_posterior_mean_and_minimiser():
         worst["eps"] = max(worst["eps"], np.max(np.abs(eps - eps_ref)) / (1 + np.max(np.abs(eps_ref))))
         assert np.allclose(eps_ref, -np.sqrt(1 - abar) * score_ref, rtol=1e-9, atol=1e-9)
         # ... and it minimises the conditional loss E[|eps - c|^2 | x_t = x] over c: a numerical minimiser
-        res = optimize.minimize(lambda c, post=post, eps_i=eps_i: post @ np.sum((eps_i - c) ** 2, 1), np.zeros_like(x), method="BFGS",
-                                options={"gtol": 1e-10})
+        res = optimize.minimize(
+            lambda c, post=post, eps_i=eps_i: post @ np.sum((eps_i - c) ** 2, 1),
+            np.zeros_like(x),
+            method="BFGS",
+            options={"gtol": 1e-10},
+        )
         worst["argmin"] = max(worst["argmin"], np.max(np.abs(res.x - eps)))
     assert worst["score"] < 1e-10 and worst["bayes"] < 1e-10 and worst["tweedie"] < 1e-9 and worst["eps"] < 1e-9, worst
     assert worst["argmin"] < 1e-6, worst  # BFGS stops at gradient 1e-10; the loss is a quadratic with Hessian 2 I
@@ -183,7 +193,9 @@ def test_hopfield_form_needs_equal_norms():
         data = rng.normal(size=(n, d)) * rng.uniform(0.5, 2.0, size=(n, 1))  # unequal norms
         x = np.sqrt(abar) * data[rng.integers(0, n)] + np.sqrt(1 - abar) * rng.normal(size=d)
         ref = bayes_posterior(data, abar, x) @ data
-        hop = np.asarray(hopfield.update(jnp.asarray(data), jnp.asarray(x[None]), beta=float(effective_beta(sch, t))))[0]
+        hop = np.asarray(hopfield.update(jnp.asarray(data), jnp.asarray(x[None]), beta=float(effective_beta(sch, t))))[
+            0
+        ]
         off.append(np.max(np.abs(hop - ref)))
     assert np.mean(np.array(off) > 1e-3) > 0.5, np.quantile(off, [0.1, 0.5, 0.9])
 
@@ -201,15 +213,17 @@ def _conditioned(abar_prev, alpha, abar, x0, xt):
 
 def _kl_quadrature(m1, v1, m2, v2):
     """KL(N(m1, v1 I) || N(m2, v2 I)) by Gauss-Hermite quadrature of log densities, coordinate by coordinate."""
-    return sum(gauss_expect(lambda z, a=a, b=b: norm.logpdf(z, a, np.sqrt(v1)) - norm.logpdf(z, b, np.sqrt(v2)), a, v1)
-               for a, b in zip(m1, m2))
+    return sum(
+        gauss_expect(lambda z, a=a, b=b: norm.logpdf(z, a, np.sqrt(v1)) - norm.logpdf(z, b, np.sqrt(v2)), a, v1)
+        for a, b in zip(m1, m2)
+    )
 
 
 def _reverse_instance(rng, T=30):
     sch = random_schedule(rng, T)
     b = np.asarray(sch.betas)
     t = int(rng.integers(2, T + 1))
-    abar, abar_prev, alpha = np.prod(1 - b[:t]), np.prod(1 - b[:t - 1]), 1 - b[t - 1]
+    abar, abar_prev, alpha = np.prod(1 - b[:t]), np.prod(1 - b[: t - 1]), 1 - b[t - 1]
     d = int(rng.integers(1, 4))
     x0, eps = rng.normal(size=d), rng.normal(size=d)
     xt = np.sqrt(abar) * x0 + np.sqrt(1 - abar) * eps
@@ -227,7 +241,9 @@ def test_reverse_mean_and_kl_weight():
     for _ in range(N_INSTANCES):
         sch, t, abar, abar_prev, alpha, x0, xt, eps, eps_hat = _reverse_instance(rng)
         mu_ref, var_ref = _conditioned(abar_prev, alpha, abar, x0, xt)
-        mu, var, mu_eps = reverse_all(sch, jnp.asarray(x0[None]), jnp.asarray(xt[None]), jnp.array([t]), jnp.asarray(eps[None]))
+        mu, var, mu_eps = reverse_all(
+            sch, jnp.asarray(x0[None]), jnp.asarray(xt[None]), jnp.array([t]), jnp.asarray(eps[None])
+        )
         mu, var, mu_eps = np.asarray(mu)[0], float(var[0]), np.asarray(mu_eps)[0]
         worst_post = max(worst_post, np.max(np.abs(mu - mu_ref)) / (1 + np.max(np.abs(mu_ref))), abs(var / var_ref - 1))
         worst_mu = max(worst_mu, np.max(np.abs(mu_eps - mu_ref)) / (1 + np.max(np.abs(mu_ref))))
@@ -296,18 +312,30 @@ def terms_by_quadrature(sch, x0, m_T, v_T, sig2, a, c):
     T = b.size
     abars = np.concatenate([[1.0], np.cumprod(1 - b)])
     S = {"betas": b, "abars": abars}
-    lq = lambda x, t: norm.logpdf(x, np.sqrt(abars[t]) * x0, np.sqrt(1 - abars[t]))  # ln q(x_t | x_0)
+
+    def lq(x, t):  # ln q(x_t | x_0)
+        return norm.logpdf(x, np.sqrt(abars[t]) * x0, np.sqrt(1 - abars[t]))
+
     terms = np.empty(T + 1)
-    terms[0] = gauss_expect(lambda x1: -norm.logpdf(x0, _mu_theta(S, 1, x1, a, c), np.sqrt(sig2[0])),
-                            np.sqrt(abars[1]) * x0, 1 - abars[1])
-    w2 = np.outer(GH_W, GH_W) / np.pi  # product Gauss-Hermite rule: x_{t-1} ~ q(x_{t-1} | x_0), then x_t ~ q(x_t | x_{t-1})
+    terms[0] = gauss_expect(
+        lambda x1: -norm.logpdf(x0, _mu_theta(S, 1, x1, a, c), np.sqrt(sig2[0])), np.sqrt(abars[1]) * x0, 1 - abars[1]
+    )
+    w2 = (
+        np.outer(GH_W, GH_W) / np.pi
+    )  # product Gauss-Hermite rule: x_{t-1} ~ q(x_{t-1} | x_0), then x_t ~ q(x_t | x_{t-1})
     for t in range(2, T + 1):
         u = np.sqrt(abars[t - 1]) * x0 + np.sqrt(2 * (1 - abars[t - 1])) * GH_X[:, None]  # x_{t-1} nodes
         xt = np.sqrt(1 - b[t - 1]) * u + np.sqrt(2 * b[t - 1]) * GH_X[None, :]  # x_t nodes given x_{t-1}
-        f = (lq(u, t - 1) + norm.logpdf(xt, np.sqrt(1 - b[t - 1]) * u, np.sqrt(b[t - 1])) - lq(xt, t)
-             - norm.logpdf(u, _mu_theta(S, t, xt, a, c), np.sqrt(sig2[t - 1])))
+        f = (
+            lq(u, t - 1)
+            + norm.logpdf(xt, np.sqrt(1 - b[t - 1]) * u, np.sqrt(b[t - 1]))
+            - lq(xt, t)
+            - norm.logpdf(u, _mu_theta(S, t, xt, a, c), np.sqrt(sig2[t - 1]))
+        )
         terms[t - 1] = np.sum(w2 * f)
-    terms[T] = gauss_expect(lambda xT: lq(xT, T) - norm.logpdf(xT, m_T, np.sqrt(v_T)), np.sqrt(abars[T]) * x0, 1 - abars[T])
+    terms[T] = gauss_expect(
+        lambda xT: lq(xT, T) - norm.logpdf(xT, m_T, np.sqrt(v_T)), np.sqrt(abars[T]) * x0, 1 - abars[T]
+    )
     return terms
 
 
@@ -327,10 +355,14 @@ def bound_from_definition(sch, x0, m_T, v_T, sig2, a, c):
     def e_sq(u, k):  # E[(u . x_{0:T} + k)^2]
         return (u @ mean + k) ** 2 + u @ cov @ u
 
-    e = lambda i: np.eye(T + 1)[i]
+    def e(i):
+        return np.eye(T + 1)[i]
+
     total = 0.0
     for t in range(1, T + 1):  # ln q(x_t | x_{t-1})
-        total += -0.5 * np.log(2 * np.pi * b[t - 1]) - e_sq(e(t) - np.sqrt(1 - b[t - 1]) * e(t - 1), 0.0) / (2 * b[t - 1])
+        total += -0.5 * np.log(2 * np.pi * b[t - 1]) - e_sq(e(t) - np.sqrt(1 - b[t - 1]) * e(t - 1), 0.0) / (
+            2 * b[t - 1]
+        )
     total -= -0.5 * np.log(2 * np.pi * v_T) - e_sq(e(T), -m_T) / (2 * v_T)  # ln p(x_T)
     for t in range(1, T + 1):  # ln p_theta(x_{t-1} | x_t); mu_theta is affine in x_t
         g = _mu_theta(S, t, 1.0, a, c) - _mu_theta(S, t, 0.0, a, c)
@@ -382,7 +414,8 @@ def test_elbo_terms_and_bound():
 
 def _gaussian_data_model(sch, m, s2, exact_variance):
     """Data x_0 ~ N(m, s2). Noise predictor eps*(x, t) = E[eps | x_t = x] (linear); p(x_T) = q(x_T) and
-    sigma_t^2 = Var_q(x_{t-1} | x_t) if exact_variance, else p(x_T) = N(0, 1) and sigma_t^2 = beta~_t (beta_1 at t = 1)."""
+    sigma_t^2 = Var_q(x_{t-1} | x_t) if exact_variance, else p(x_T) = N(0, 1) and sigma_t^2 = beta~_t (beta_1 at t =
+    1)."""
     b = np.asarray(sch.betas)
     abars = np.concatenate([[1.0], np.cumprod(1 - b)])
     v = abars * s2 + 1 - abars  # Var_q(x_t), t = 0..T
@@ -410,8 +443,12 @@ def test_elbo_is_tight_for_the_exact_reverse_process():
         m, s2, x0 = rng.normal(), rng.uniform(0.1, 3.0), rng.normal() * 2
         energy = -norm.logpdf(x0, m, np.sqrt(s2))
         inst = (sch, x0, *_gaussian_data_model(sch, m, s2, True))
-        worst = max(worst, abs(bound_from_proposition(*inst).sum() / energy - 1) if abs(energy) > 1e-3 else
-                    abs(bound_from_proposition(*inst).sum() - energy))
+        worst = max(
+            worst,
+            abs(bound_from_proposition(*inst).sum() / energy - 1)
+            if abs(energy) > 1e-3
+            else abs(bound_from_proposition(*inst).sum() - energy),
+        )
         assert abs(model_neg_log_density(*inst) - energy) < 1e-10 * (1 + abs(energy))  # p_theta is the data
         inst = (sch, x0, *_gaussian_data_model(sch, m, s2, False))
         gaps.append(bound_from_proposition(*inst).sum() - model_neg_log_density(*inst))

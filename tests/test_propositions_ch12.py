@@ -130,8 +130,7 @@ def test_learning_rule_is_the_energy_gradient():
         fb = [eps[l + 1].sum(1) for l in range(len(Ws))]
         worst_formula = max(worst_formula, _rel([*fW, *fb, eps[0].sum(1)], auto).max())
         pk = _pkg_grad_params(Ws, bs, m, xs, prec)
-        worst_pkg = max(worst_pkg, _rel([-np.asarray(g) for g in (*pk.weights, *pk.biases, pk.prior_mean)],
-                                        auto).max())
+        worst_pkg = max(worst_pkg, _rel([-np.asarray(g) for g in (*pk.weights, *pk.biases, pk.prior_mean)], auto).max())
     assert worst_formula < 1e-12 and worst_pkg < 1e-12
 
 
@@ -144,7 +143,7 @@ def _energy_free(z, Ws, bs, m, x1, prec, top):
     n_free = len(Ws) if top is None else len(Ws) - 1
     xs, start = [x1[None]], 0
     for W in Ws[:n_free]:
-        xs.append(z[start:start + W.shape[0]][None])
+        xs.append(z[start : start + W.shape[0]][None])
         start += W.shape[0]
     if top is not None:
         xs.append(top[None])
@@ -200,14 +199,23 @@ def test_free_output_equilibrium_is_the_feedforward_pass():
             worst_grad = max(worst_grad, np.max(np.abs(g)))
             F_ff = float(_free_energy(z_ff, W, b, mi, x1, p, top, False))
             worst_F = max(worst_F, abs(F_ff - root_prior) / max(root_prior, 1.0))
-            eps = _errors_np(tuple(w[None] for w in W), tuple(c[None] for c in b), mi[None],
-                             tuple(v[None, None] for v in ff), p[None])
+            eps = _errors_np(
+                tuple(w[None] for w in W),
+                tuple(c[None] for c in b),
+                mi[None],
+                tuple(v[None, None] for v in ff),
+                p[None],
+            )
             worst_eps = max(worst_eps, max(np.max(np.abs(e)) for e in eps[1:]))
             args = (W, b, mi, x1, p, top, False)
             for _ in range(3):
                 sol = scipy.optimize.root(
-                    lambda z, a=args: np.asarray(_free_grad(z, *a)), rng.normal(0, 2.0, z_ff.size),
-                    jac=lambda z, a=args: np.asarray(_free_hess(z, *a)), method="hybr", options={"xtol": 1e-13})
+                    lambda z, a=args: np.asarray(_free_grad(z, *a)),
+                    rng.normal(0, 2.0, z_ff.size),
+                    jac=lambda z, a=args: np.asarray(_free_hess(z, *a)),
+                    method="hybr",
+                    options={"xtol": 1e-13},
+                )
                 if np.max(np.abs(np.asarray(_free_grad(sol.x, *args)))) < 1e-9:
                     converged += 1
                     found_other += int(np.max(np.abs(sol.x - z_ff)) > 1e-6)
@@ -215,8 +223,10 @@ def test_free_output_equilibrium_is_the_feedforward_pass():
             y = ff[-1] + rng.normal(0, 1.0, sizes[-1])
             z = z_ff[: z_ff.size - sizes[-1]]
             for _ in range(40):  # Newton from the pass
-                z = z - np.linalg.solve(np.asarray(_free_hess(z, W, b, mi, x1, p, y, True)),
-                                        np.asarray(_free_grad(z, W, b, mi, x1, p, y, True)))
+                z = z - np.linalg.solve(
+                    np.asarray(_free_hess(z, W, b, mi, x1, p, y, True)),
+                    np.asarray(_free_grad(z, W, b, mi, x1, p, y, True)),
+                )
             if np.max(np.abs(np.asarray(_free_grad(z, W, b, mi, x1, p, y, True)))) < 1e-10:
                 n_train += 1
                 min_excess = min(min_excess, float(_free_energy(z, W, b, mi, x1, p, y, True)) - root_prior)
@@ -266,11 +276,13 @@ def _pc_update_per_gamma(Ws, bs, x, y, prec):
     resid = jnp.max(jnp.abs(jax.grad(_energy_free)(z, Ws, bs, m, x, prec, y)))
     xs, start = [x], 0
     for W in Ws[:-1]:
-        xs.append(z[start:start + W.shape[0]])
+        xs.append(z[start : start + W.shape[0]])
         start += W.shape[0]
     xs.append(y)
-    upd = [jnp.outer(prec[l + 1] * (xs[l + 1] - Ws[l] @ jnp.tanh(xs[l]) - bs[l]), jnp.tanh(xs[l])) / prec[-1]
-           for l in range(len(Ws))]
+    upd = [
+        jnp.outer(prec[l + 1] * (xs[l + 1] - Ws[l] @ jnp.tanh(xs[l]) - bs[l]), jnp.tanh(xs[l])) / prec[-1]
+        for l in range(len(Ws))
+    ]
     return upd, resid
 
 

@@ -52,8 +52,9 @@ def _f_att(W, B, A, K, x, act):
     out, shifted by its largest present term; neurons without inputs contribute 0."""
     s = -0.5 * K * (x[:, None] - W * _f(x, act)[None, :] - B) ** 2  # s[i, j], synapse j -> i
     top = jnp.max(jnp.where(A, s, -1e300), axis=1, keepdims=True)
-    lse = top[:, 0] + jnp.log(jnp.sum(jnp.where(A, jnp.exp(jnp.where(A, s - top, 0.0)), 0.0), axis=1)
-                              + ~jnp.any(A, axis=1))  # + 1 in empty rows: log 1 = 0, no -inf
+    lse = top[:, 0] + jnp.log(
+        jnp.sum(jnp.where(A, jnp.exp(jnp.where(A, s - top, 0.0)), 0.0), axis=1) + ~jnp.any(A, axis=1)
+    )  # + 1 in empty rows: log 1 = 0, no -inf
     return -jnp.sum(jnp.where(jnp.any(A, axis=1), lse, 0.0))
 
 
@@ -82,8 +83,10 @@ def _jit_vmap(fun, act):
     return jax.jit(jax.vmap(lambda W, B, A, K, x: fun(W, B, A, K, x, act)))
 
 
-_GRADS = {act: (_jit_vmap(jax.grad(_f_att, argnums=4), act), _jit_vmap(jax.grad(_f_std, argnums=4), act))
-          for act in ("tanh", "linear")}
+_GRADS = {
+    act: (_jit_vmap(jax.grad(_f_att, argnums=4), act), _jit_vmap(jax.grad(_f_std, argnums=4), act))
+    for act in ("tanh", "linear")
+}
 
 
 @functools.cache
@@ -95,8 +98,9 @@ def _pkg(name, act):
 
 @functools.cache
 def _pkg_lipschitz(act, radius):
-    return jax.jit(jax.vmap(lambda W, B, A, K, c: anpc.lipschitz(anpc.Params(W, B, A), K, clamp=c, activation=act,
-                                                                 radius=radius)))
+    return jax.jit(
+        jax.vmap(lambda W, B, A, K, c: anpc.lipschitz(anpc.Params(W, B, A), K, clamp=c, activation=act, radius=radius))
+    )
 
 
 # --- anpc-marg --------------------------------------------------------------------------------
@@ -140,11 +144,17 @@ def test_uniform_synapse_prior_marginalises_to_lse_energy():
                 # a non-uniform prior: Dirichlet(1) weights over each neuron's inputs
                 if max(len(p) for p in pres) >= 2:
                     logp = [np.log(rng.dirichlet(np.ones(len(p)))) for p in pres]
-                    lt = S[kids, choices].sum(1) + sum(logp[m][np.searchsorted(pres[m], choices[:, m])]
-                                                       for m in range(len(kids)))
+                    lt = S[kids, choices].sum(1) + sum(
+                        logp[m][np.searchsorted(pres[m], choices[:, m])] for m in range(len(kids))
+                    )
                     q = np.exp(lt - np.logaddexp.reduce(lt))
-                    nonuniform_gaps.append(max(abs(q[choices[:, m] == j].sum() - al_pkg[n, i, j])
-                                               for m, (i, pre) in enumerate(zip(kids, pres)) for j in pre))
+                    nonuniform_gaps.append(
+                        max(
+                            abs(q[choices[:, m] == j].sum() - al_pkg[n, i, j])
+                            for m, (i, pre) in enumerate(zip(kids, pres))
+                            for j in pre
+                        )
+                    )
     assert n_checked >= 100
     assert worst_Z < 1e-12 and worst_post < 1e-12
     assert len(nonuniform_gaps) >= 100 and np.mean(np.array(nonuniform_gaps) > 1e-3) >= 0.95
@@ -223,9 +233,10 @@ def _stationary_points(args, lo, hi, n_grid=2000):
     """Every sign change of dF/dv on a grid of [lo, hi], refined by brentq."""
     grid = np.linspace(lo, hi, n_grid)
     d = np.asarray(_star_grad_grid(grid, *args))
-    return [scipy.optimize.brentq(lambda v: float(_star_grad(v, *args)), grid[t], grid[t + 1], xtol=1e-14,
-                                  rtol=1e-15)
-            for t in np.flatnonzero(np.sign(d[:-1]) != np.sign(d[1:]))]
+    return [
+        scipy.optimize.brentq(lambda v: float(_star_grad(v, *args)), grid[t], grid[t + 1], xtol=1e-14, rtol=1e-15)
+        for t in np.flatnonzero(np.sign(d[:-1]) != np.sign(d[1:]))
+    ]
 
 
 def _weighted_mean(v, u, k, mask, w=1.0, b=0.0):
@@ -296,8 +307,10 @@ def _bound_loop(W, B, A, K, clamp, act, R):
     return L
 
 
-_HESS = {act: jax.jit(jax.vmap(jax.hessian(lambda W, B, A, K, x, a=act: _f_att(W, B, A, K, x, a), argnums=4)))
-         for act in ("tanh", "linear")}
+_HESS = {
+    act: jax.jit(jax.vmap(jax.hessian(lambda W, B, A, K, x, a=act: _f_att(W, B, A, K, x, a), argnums=4)))
+    for act in ("tanh", "linear")
+}
 _ENERGY = {act: _jit_vmap(_f_att, act) for act in ("tanh", "linear")}
 
 

@@ -12,9 +12,6 @@ Instances are drawn from numpy's default_rng with fixed seeds; everything is flo
 from __future__ import annotations
 
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import jax.scipy.special as jsp
 import jax.scipy.stats as jst
@@ -23,6 +20,8 @@ from scipy.special import logsumexp
 from scipy.stats import multivariate_normal
 
 from lse_energy import gmm
+
+jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
 SHAPES = [(40, 1, 2), (60, 3, 3)]  # (N, d, K): a few shapes, so that jitted code compiles a few times only
@@ -62,25 +61,26 @@ def _features(x):
 
 def _update_from_statistics(R, N, d):
     """The proposition: pi' = N_k/N, mu' = S_k/N_k, Sigma' = T_k/N_k - mu' mu'^T, from R = r^T f(X)."""
-    Nk, S = R[:, 0], R[:, 1:1 + d]
+    Nk, S = R[:, 0], R[:, 1 : 1 + d]
     rows, cols = np.triu_indices(d)
     T = np.zeros((R.shape[0], d, d))
-    T[:, rows, cols] = R[:, 1 + d:]
-    T[:, cols, rows] = R[:, 1 + d:]
+    T[:, rows, cols] = R[:, 1 + d :]
+    T[:, cols, rows] = R[:, 1 + d :]
     mu = S / Nk[:, None]
     return Nk / N, mu, T / Nk[:, None, None] - mu[:, :, None] * mu[:, None, :]
 
 
 def _grad_from_statistics(R, means, cov, d):
     """The proposition: dE/dmu_k = -P_k (S_k - N_k mu_k)."""
-    Nk, S = R[:, 0], R[:, 1:1 + d]
+    Nk, S = R[:, 0], R[:, 1 : 1 + d]
     return -np.einsum("kab,kb->ka", np.linalg.inv(cov), S - Nk[:, None] * means)
 
 
 def _energy(means, weights, cov, x):
     """E = -sum_i ln sum_k pi_k N(x_i | mu_k, Sigma_k), written with jax.scipy."""
-    comps = jnp.stack([jnp.log(weights[k]) + jst.multivariate_normal.logpdf(x, means[k], cov[k])
-                       for k in range(weights.shape[0])], 1)
+    comps = jnp.stack(
+        [jnp.log(weights[k]) + jst.multivariate_normal.logpdf(x, means[k], cov[k]) for k in range(weights.shape[0])], 1
+    )
     return -jnp.sum(jsp.logsumexp(comps, axis=1))
 
 
@@ -110,7 +110,9 @@ def test_em_and_gradient_need_only_the_statistics():
         g = _grad_from_statistics(R, means, cov, d)
         worst["grad"] = max(worst["grad"], _rel(g, g_ref))
         params = gmm.Params(jnp.asarray(weights), jnp.asarray(means), jnp.asarray(cov))
-        worst["em_step"] = max(worst["em_step"], *(_rel(a, b) for a, b in zip(gmm.em_step(params, jnp.asarray(x)), direct)))
+        worst["em_step"] = max(
+            worst["em_step"], *(_rel(a, b) for a, b in zip(gmm.em_step(params, jnp.asarray(x)), direct))
+        )
         s = rng.normal(size=d) * 5.0
         pkg = stats_then_m_step(params, jnp.asarray(x), jnp.asarray(s))
         worst["shifted_stats"] = max(worst["shifted_stats"], *(_rel(a, b) for a, b in zip(pkg, direct)))
@@ -119,8 +121,13 @@ def test_em_and_gradient_need_only_the_statistics():
         Rs = _responsibilities(weights, ms, cov, xs).T @ _features(xs)
         assert _rel(Rs[:, 1:], R[:, 1:]) > 1e-3  # S_k and T_k are not shift invariant
         pi_s, mu_s, cov_s = _update_from_statistics(Rs, N, d)
-        worst["shift"] = max(worst["shift"], _rel(pi_s, direct[0]), _rel(mu_s + s, direct[1]), _rel(cov_s, direct[2]),
-                             _rel(_grad_from_statistics(Rs, ms, cov, d), g_ref))
+        worst["shift"] = max(
+            worst["shift"],
+            _rel(pi_s, direct[0]),
+            _rel(mu_s + s, direct[1]),
+            _rel(cov_s, direct[2]),
+            _rel(_grad_from_statistics(Rs, ms, cov, d), g_ref),
+        )
     assert max(worst.values()) < 1e-9, worst
 
 
@@ -132,7 +139,9 @@ def test_shift_invariance_needs_a_common_shift():
         d = x.shape[1]
         g = np.asarray(grad_energy(jnp.asarray(means), jnp.asarray(weights), jnp.asarray(cov), jnp.asarray(x)))
         s = rng.normal(size=d) * 5.0
-        g_only_x = np.asarray(grad_energy(jnp.asarray(means), jnp.asarray(weights), jnp.asarray(cov), jnp.asarray(x - s)))
+        g_only_x = np.asarray(
+            grad_energy(jnp.asarray(means), jnp.asarray(weights), jnp.asarray(cov), jnp.asarray(x - s))
+        )
         assert _rel(g_only_x, g) > 1e-3
 
 
@@ -150,10 +159,11 @@ def test_similarity_is_linear_in_the_features():
         rows, cols = np.triu_indices(d)
         A = np.empty((1 + d + rows.size, K))
         for k in range(K):
-            A[0, k] = (np.log(weights[k]) - 0.5 * np.linalg.slogdet(2 * np.pi * cov[k])[1]
-                       - 0.5 * means[k] @ P[k] @ means[k])
-            A[1:1 + d, k] = P[k] @ means[k]
-            A[1 + d:, k] = -(1 - 0.5 * (rows == cols)) * P[k][rows, cols]
+            A[0, k] = (
+                np.log(weights[k]) - 0.5 * np.linalg.slogdet(2 * np.pi * cov[k])[1] - 0.5 * means[k] @ P[k] @ means[k]
+            )
+            A[1 : 1 + d, k] = P[k] @ means[k]
+            A[1 + d :, k] = -(1 - 0.5 * (rows == cols)) * P[k][rows, cols]
         ref = np.stack([np.log(w) + multivariate_normal.logpdf(x, m, c) for w, m, c in zip(weights, means, cov)], 1)
         worst = max(worst, _rel(_features(x) @ A, ref))
     assert worst < 1e-10, worst

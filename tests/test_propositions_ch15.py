@@ -21,7 +21,11 @@ jax.config.update("jax_enable_x64", True)
 N_INSTANCES = 100
 mpmath.mp.dps = 50
 
-scan_parallel, scan_log, scan_log_signed = jax.jit(gru.scan_parallel), jax.jit(gru.scan_log), jax.jit(gru.scan_log_signed)
+scan_parallel, scan_log, scan_log_signed = (
+    jax.jit(gru.scan_parallel),
+    jax.jit(gru.scan_log),
+    jax.jit(gru.scan_log_signed),
+)
 
 
 def np_scan(a, b, h0):
@@ -41,8 +45,12 @@ def test_affine_composition_is_associative_and_scan_is_sequential():
         right = gru.combine(m[0], gru.combine(m[1], m[2]))
         np.testing.assert_allclose(left, right, rtol=1e-13, atol=1e-15)
         h = rng.normal(size=3)  # the composed map applied to h = the three maps applied in turn
-        np.testing.assert_allclose(left[0] * h + left[1], m[2][0] * (m[1][0] * (m[0][0] * h + m[0][1]) + m[1][1])
-                                   + m[2][1], rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(
+            left[0] * h + left[1],
+            m[2][0] * (m[1][0] * (m[0][0] * h + m[0][1]) + m[1][1]) + m[2][1],
+            rtol=1e-12,
+            atol=1e-14,
+        )
         N = [1, 2, 7, 33][i % 4]
         a, b, h0 = rng.uniform(0, 1, (N, 2)), rng.normal(size=(N, 2)), rng.normal(size=2)
         ref = np_scan(a, b, h0)
@@ -58,7 +66,7 @@ def _mp_direct(a, b, h0):
     for n in range(1, len(a) + 1):
         total = mpmath.mpf(h0) * mpmath.fprod(mpmath.mpf(x) for x in a[:n])
         for k in range(n):
-            total += mpmath.mpf(b[k]) * mpmath.fprod(mpmath.mpf(x) for x in a[k + 1:n])
+            total += mpmath.mpf(b[k]) * mpmath.fprod(mpmath.mpf(x) for x in a[k + 1 : n])
         out.append(total)
     return out
 
@@ -111,6 +119,7 @@ def test_log_scan_gradient_is_softmax():
         def step(h, ab):
             h = jnp.exp(ab[0]) * h + jnp.exp(ab[1])
             return h, h
+
         return jnp.log(jax.lax.scan(step, jnp.exp(lh0), (la, lb))[1])
 
     jac = jax.jit(jax.jacobian(log_states, argnums=(0, 1, 2)))

@@ -35,7 +35,7 @@ def _data(rng, d, eigenvalues=None, n=None):
 def _singular_eigenvalues(rng, d, n_zero):
     """Random eigenvalues in [0.2, 3] with the last n_zero set to 0 (C positive semidefinite, rank d - n_zero)."""
     lam = np.sort(rng.uniform(0.2, 3.0, d))[::-1]
-    lam[d - n_zero:] = 0.0
+    lam[d - n_zero :] = 0.0
     return lam
 
 
@@ -115,9 +115,13 @@ def test_critical_points_of_the_tied_linear_loss():
                 m = basis.shape[1]
                 assert m == (k + 1 if singular else d)
                 z0 = rng.normal(size=k * m) * 10 ** rng.uniform(-1.5, 0.2)
-                sol = so.root(lambda z, xj=xj, b=basis, k=k: np.asarray(_grad_span(jnp.asarray(z), xj, b, k)), z0,
-                              jac=lambda z, xj=xj, b=basis, k=k: np.asarray(_hess_span(jnp.asarray(z), xj, b, k)),
-                              method="hybr", tol=1e-14)
+                sol = so.root(
+                    lambda z, xj=xj, b=basis, k=k: np.asarray(_grad_span(jnp.asarray(z), xj, b, k)),
+                    z0,
+                    jac=lambda z, xj=xj, b=basis, k=k: np.asarray(_hess_span(jnp.asarray(z), xj, b, k)),
+                    method="hybr",
+                    tol=1e-14,
+                )
                 w = sol.x.reshape(k, m) @ np.asarray(basis).T
                 if not (np.all(np.isfinite(w)) and np.linalg.norm(_grad(jnp.asarray(w.ravel()), xj, k)) < 1e-11):
                     continue  # Newton did not converge from this start
@@ -163,7 +167,7 @@ def test_minimum_is_the_top_k_principal_subspace():
         # a gap of at least 0.3 after the k-th eigenvalue
         lam = np.concatenate([np.sort(rng.uniform(1.5, 3.0, k))[::-1], np.sort(rng.uniform(0.1, 1.2, d - k))[::-1]])
         if i % 2:  # C singular: 1 .. d - k zero eigenvalues (d - k: lambda_{k+1} = 0)
-            lam[d - 1 - i % (d - k):] = 0.0
+            lam[d - 1 - i % (d - k) :] = 0.0
         x = _data(rng, d, lam)
         xj = jnp.asarray(x)
         cov = x.T @ x / x.shape[0]
@@ -171,9 +175,13 @@ def test_minimum_is_the_top_k_principal_subspace():
         evals, evecs = evals[::-1], evecs[:, ::-1]
         assert evals[k - 1] - evals[k] > 0.25
         assert (evals[-1] < 1e-12) == bool(i % 2)
-        sol = so.minimize(lambda w, xj=xj, k=k: float(_value(jnp.asarray(w), xj, k)), rng.normal(size=k * d) * 0.1,
-                          jac=lambda w, xj=xj, k=k: np.asarray(_grad(jnp.asarray(w), xj, k)), method="BFGS",
-                          options={"gtol": 1e-12, "maxiter": 2000})
+        sol = so.minimize(
+            lambda w, xj=xj, k=k: float(_value(jnp.asarray(w), xj, k)),
+            rng.normal(size=k * d) * 0.1,
+            jac=lambda w, xj=xj, k=k: np.asarray(_grad(jnp.asarray(w), xj, k)),
+            method="BFGS",
+            options={"gtol": 1e-12, "maxiter": 2000},
+        )
         w = sol.x.reshape(k, d)
         assert abs(sol.fun - 0.5 * evals[k:].sum()) < 1e-10 * (1 + evals.sum()), (i, sol.fun, 0.5 * evals[k:].sum())
         assert np.max(sl.subspace_angles(w.T, evecs[:, :k])) < 1e-5
@@ -235,8 +243,11 @@ def test_tied_autoencoder_cannot_beat_pca_on_its_training_data():
         s = np.linalg.svd(x - x.mean(0), compute_uv=False)
         bound = 0.5 * np.sum(s[k:] ** 2) / n
         activation = ae.ACTIVATIONS[i % 3]
-        p = ae.Params(jnp.asarray(rng.normal(size=(k, d)) * rng.uniform(0.1, 2.0)), jnp.asarray(rng.normal(size=k)),
-                      jnp.asarray(rng.normal(size=d)))
+        p = ae.Params(
+            jnp.asarray(rng.normal(size=(k, d)) * rng.uniform(0.1, 2.0)),
+            jnp.asarray(rng.normal(size=k)),
+            jnp.asarray(rng.normal(size=d)),
+        )
         assert float(ae.loss(p, jnp.asarray(x), activation)) >= bound * (1 - 1e-12)
     for i in range(100):
         d, k = SHAPES[i % len(SHAPES)]

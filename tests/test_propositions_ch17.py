@@ -69,8 +69,9 @@ def test_softmax_loss_gradient_form():
     for U, V, N in _instances(170):
         _assert_complex_step(grad_softmax_loss, softmax_loss_brute, U, V, N)
         # the sign: L = -sum N_co s_co - E with E the book's (descended) LSE energy
-        np.testing.assert_allclose(softmax_loss_brute(U, V, N), -np.sum(N * (U @ V.T)) - energy_brute(U, V, N),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            softmax_loss_brute(U, V, N), -np.sum(N * (U @ V.T)) - energy_brute(U, V, N), rtol=1e-12
+        )
 
 
 def test_energy_gradient_is_softmax_weighted():
@@ -86,8 +87,12 @@ def test_softmax_optimum_is_empirical_conditional():
     for i in range(N_INSTANCES):
         n = 3 + i % 3
         N = rng.integers(1, 8, size=(n, n)).astype(float)
-        res = minimize(lambda s, n=n, N=N: softmax_loss_brute(np.eye(n), s.reshape(n, n).T, N), np.zeros(n * n),
-                       method="BFGS", options={"gtol": 1e-10})
+        res = minimize(
+            lambda s, n=n, N=N: softmax_loss_brute(np.eye(n), s.reshape(n, n).T, N),
+            np.zeros(n * n),
+            method="BFGS",
+            options={"gtol": 1e-10},
+        )
         S = res.x.reshape(n, n)
         P = np.exp(S) / np.exp(S).sum(1, keepdims=True)
         np.testing.assert_allclose(P, N / N.sum(1, keepdims=True), atol=1e-6)
@@ -121,8 +126,15 @@ def test_negative_sampling_optimum_is_shifted_pmi():
         N = rng.integers(1, 9, size=(n, n)).astype(float)
         q1 = np.asarray(emb.noise_distribution(jnp.asarray(N), power=1.0))
         Nc = N.sum(1)
-        X = np.array([[minimize_scalar(_ns_cell, args=(N[c, o], Nc[c], q1[o], k), bracket=(-5, 5),
-                                       tol=1e-12).x for o in range(n)] for c in range(n)])
+        X = np.array(
+            [
+                [
+                    minimize_scalar(_ns_cell, args=(N[c, o], Nc[c], q1[o], k), bracket=(-5, 5), tol=1e-12).x
+                    for o in range(n)
+                ]
+                for c in range(n)
+            ]
+        )
         with np.errstate(divide="ignore"):
             pmi_np = np.log(N * N.sum() / np.outer(Nc, N.sum(0)))
         np.testing.assert_allclose(X, pmi_np - np.log(k), atol=1e-5)
@@ -149,8 +161,10 @@ def test_negative_sampling_optimum_is_shifted_pmi():
             q0 = np.asarray(emb.noise_distribution(jnp.asarray(N0), power=1.0))
             Nc0 = N0.sum(1)
             cells = [(c, o) for c in range(n) for o in range(n) if (c, o) != (0, 1)]
-            inf = sum(minimize_scalar(_ns_cell, args=(N0[c, o], Nc0[c], q0[o], k), bracket=(-5, 5),
-                                      tol=1e-12).fun for c, o in cells)
+            inf = sum(
+                minimize_scalar(_ns_cell, args=(N0[c, o], Nc0[c], q0[o], k), bracket=(-5, 5), tol=1e-12).fun
+                for c, o in cells
+            )
             with np.errstate(divide="ignore"):
                 S0 = np.log(N0 / (k * Nc0[:, None] * q0[None, :]))
             above = []
@@ -188,8 +202,10 @@ def test_negative_sampling_is_expected_sampled_loss():
         if i < 5:  # the sampled loss on one draw agrees with the loop (not with the expectation)
             neg = rng.integers(0, n, size=(len(cs), k))
             one = emb.sampled_negative_sampling_loss(params, jnp.asarray(cs), jnp.asarray(os), jnp.asarray(neg))
-            ref = sum(np.log1p(np.exp(-U[c] @ V[o])) + sum(np.log1p(np.exp(U[c] @ V[j])) for j in row)
-                      for c, o, row in zip(cs, os, neg))
+            ref = sum(
+                np.log1p(np.exp(-U[c] @ V[o])) + sum(np.log1p(np.exp(U[c] @ V[j])) for j in row)
+                for c, o, row in zip(cs, os, neg)
+            )
             np.testing.assert_allclose(float(one), ref, rtol=1e-12)
 
 
@@ -217,9 +233,19 @@ def test_nce_correction_recovers_self_normalised_softmax():
         q /= q.sum()
         Nc = N.sum(1)
         shift = np.log(k * q)  # NCE's correction: the score enters as s - ln(k q_o)
-        X = np.array([[minimize_scalar(lambda x, a=N[c, o], b=Nc[c], qo=q[o], sh=shift[o], kk=k:
-                                       _ns_cell(x - sh, a, b, qo, kk), bracket=(-5, 5), tol=1e-12).x
-                       for o in range(n)] for c in range(n)])
+        X = np.array(
+            [
+                [
+                    minimize_scalar(
+                        lambda x, a=N[c, o], b=Nc[c], qo=q[o], sh=shift[o], kk=k: _ns_cell(x - sh, a, b, qo, kk),
+                        bracket=(-5, 5),
+                        tol=1e-12,
+                    ).x
+                    for o in range(n)
+                ]
+                for c in range(n)
+            ]
+        )
         np.testing.assert_allclose(X, np.log(N / Nc[:, None]), atol=1e-5)
         lse = np.log(np.exp(X).sum(1))
         assert np.max(np.abs(lse)) < 1e-4  # self-normalised: the log-partition is 0 at the optimum

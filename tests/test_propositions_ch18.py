@@ -30,6 +30,7 @@ N_INSTANCES = 100
 
 def _kl_quad(mu, s, m=0.0, t=1.0):
     """KL(N(mu, s^2) || N(m, t^2)) of one coordinate by quadrature of q ln(q/p) (densities written out)."""
+
     def f(z):
         log_q = -0.5 * ((z - mu) / s) ** 2 - math.log(s) - 0.5 * math.log(2 * math.pi)
         log_p = -0.5 * ((z - m) / t) ** 2 - math.log(t) - 0.5 * math.log(2 * math.pi)
@@ -79,7 +80,7 @@ def _lg_model(rng, orthogonal=False):
     while True:
         d_x, d_z = int(rng.integers(2, 6)), int(rng.integers(1, 3))
         W = rng.normal(size=(d_x, d_z)) / np.sqrt(d_x)
-        if orthogonal:                      # W^T W diagonal: a diagonal posterior, reachable by q
+        if orthogonal:  # W^T W diagonal: a diagonal posterior, reachable by q
             W = np.linalg.qr(W)[0] * rng.uniform(0.5, 1.5, d_z)
         b, s = rng.normal(size=d_x), float(np.exp(rng.normal(scale=0.3)))
         x = W @ rng.normal(size=d_z) + b + s * rng.normal(size=d_x)
@@ -102,8 +103,18 @@ def _lg_params(W, b, q_mean, q_sd, rng):
     dec_W[:, :d_z] = _DELTA * np.eye(d_z)
     out_W = np.zeros((H, d_x))
     out_W[:d_z] = W.T / _DELTA
-    arrays = (rng.normal(size=(d_x, H)), rng.normal(size=H), np.zeros((H, d_z)), q_mean,
-              np.zeros((H, d_z)), 2 * np.log(q_sd), dec_W, np.zeros(H), out_W, b)
+    arrays = (
+        rng.normal(size=(d_x, H)),
+        rng.normal(size=H),
+        np.zeros((H, d_z)),
+        q_mean,
+        np.zeros((H, d_z)),
+        2 * np.log(q_sd),
+        dec_W,
+        np.zeros(H),
+        out_W,
+        b,
+    )
     return vae.Params(*(jnp.asarray(a) for a in arrays))
 
 
@@ -129,8 +140,7 @@ _log_lik = jax.jit(vae.log_likelihood, static_argnames=("decoder",))
 
 def _lw(params, x, eps, s):
     """Package log-weights ln p(x, z) - ln q(z|x) at codes z = mu + eps * sigma, one example x."""
-    out = _log_weights(params, jnp.asarray(x[None]), jnp.asarray(eps[:, None, :]), decoder="gaussian",
-                       obs_scale=s)
+    out = _log_weights(params, jnp.asarray(x[None]), jnp.asarray(eps[:, None, :]), decoder="gaussian", obs_scale=s)
     return np.asarray(out)[:, 0]
 
 
@@ -158,8 +168,11 @@ def test_elbo_gap_is_the_posterior_kl():
         # each log-weight, against Bayes' rule with scipy densities
         eps = rng.normal(size=(50, d_z))
         z = q_mean + eps * q_sd
-        ref = (log_px + multivariate_normal(m_post, C_post).logpdf(z)
-               - multivariate_normal(q_mean, np.diag(q_sd**2)).logpdf(z))
+        ref = (
+            log_px
+            + multivariate_normal(m_post, C_post).logpdf(z)
+            - multivariate_normal(q_mean, np.diag(q_sd**2)).logpdf(z)
+        )
         assert np.max(np.abs(_lw(params, x, eps, s) - ref)) < 1e-8 * max(1.0, abs(log_px))
         # the ELBO, exactly (degree-3 rule)
         pts = np.sqrt(d_z) * np.concatenate([np.eye(d_z), -np.eye(d_z)])
@@ -169,7 +182,7 @@ def test_elbo_gap_is_the_posterior_kl():
         # and as a Monte Carlo estimate from random draws, within 4 standard errors
         lw = _lw(params, x, rng.normal(size=(4000, d_z)), s)
         assert abs(float(vae.elbo_bound(jnp.asarray(lw))) - (log_px - kl)) < 4 * lw.std(ddof=1) / np.sqrt(lw.size)
-        if i % 2 == 1:     # a diagonal posterior: q = p(z|x) makes every log-weight ln p(x)
+        if i % 2 == 1:  # a diagonal posterior: q = p(z|x) makes every log-weight ln p(x)
             exact = _lg_params(W, b, m_post, sd_post, rng)
             assert np.max(np.abs(C_post - np.diag(sd_post**2))) < 1e-12
             lw0 = _lw(exact, x, rng.normal(size=(50, d_z)), s)
@@ -182,7 +195,7 @@ def test_elbo_gap_is_the_posterior_kl():
         log_joint = log_prior + log_lik
         log_px = logsumexp(log_joint)
         q = np.exp(log_q)
-        elbo = np.sum(q * (log_joint - log_q))                       # definition: E_q[ln p(x,z) - ln q]
+        elbo = np.sum(q * (log_joint - log_q))  # definition: E_q[ln p(x,z) - ln q]
         log_post = log_joint - log_px
         kl = np.sum(q * (log_q - log_post))
         assert abs(elbo - (log_px - kl)) < 1e-12 * max(1.0, abs(log_px))
@@ -192,9 +205,9 @@ def test_elbo_gap_is_the_posterior_kl():
 def _iwae_exact(log_w, q, K):
     """E[IWAE_K] by enumerating all M^K tuples of samples (package's iwae_bound on each tuple)."""
     M = log_w.size
-    tuples = np.array(list(itertools.product(range(M), repeat=K)))            # (M^K, K)
+    tuples = np.array(list(itertools.product(range(M), repeat=K)))  # (M^K, K)
     prob = np.prod(q[tuples], axis=1)
-    per_tuple = np.asarray(_iwae_jit(jnp.asarray(log_w[tuples].T)))          # (M^K,)
+    per_tuple = np.asarray(_iwae_jit(jnp.asarray(log_w[tuples].T)))  # (M^K,)
     return float(np.sum(prob * per_tuple)), per_tuple, tuples
 
 
@@ -212,7 +225,7 @@ def test_iwae_is_monotone_in_K_in_expectation():
         q = np.exp(log_q)
         log_px = logsumexp(log_prior + log_lik)
         bounds = [_iwae_exact(log_w, q, K)[0] for K in (1, 2, 3, 4)]
-        assert abs(bounds[0] - np.sum(q * log_w)) < 1e-12 * max(1.0, abs(bounds[0]))   # IWAE_1 = ELBO
+        assert abs(bounds[0] - np.sum(q * log_w)) < 1e-12 * max(1.0, abs(bounds[0]))  # IWAE_1 = ELBO
         assert all(b2 >= b1 - 1e-12 for b1, b2 in itertools.pairwise(bounds))
         assert bounds[-1] <= log_px + 1e-12
         # per draw, IWAE_2 < IWAE_1 of its first sample whenever the second weight is smaller
@@ -227,7 +240,7 @@ def test_importance_weights_are_unbiased_with_full_support():
     scipy. Also by exact sums over a discrete latent, where a q that misses a state with
     p(x, z) > 0 gives a mean that falls short (the condition is needed)."""
     rng = np.random.default_rng(3)
-    for i in range(N_INSTANCES):
+    for _i in range(N_INSTANCES):
         W, b, s, x = _lg_model(rng)
         d_x, d_z = W.shape
         px = multivariate_normal(b, W @ W.T + s**2 * np.eye(d_x)).pdf(x)
@@ -259,7 +272,7 @@ def test_transcribed_identity_needs_the_importance_weight():
     q = p(z) and fails for another q; with the weight p(z)/q(z) (vae.log_weights) it holds for
     every q. Also by exact sums over a discrete latent."""
     rng = np.random.default_rng(4)
-    for i in range(N_INSTANCES):
+    for _i in range(N_INSTANCES):
         W, b, s, x = _lg_model(rng)
         d_x, d_z = W.shape
         px = multivariate_normal(b, W @ W.T + s**2 * np.eye(d_x)).pdf(x)
@@ -271,16 +284,17 @@ def test_transcribed_identity_needs_the_importance_weight():
         xs = jnp.asarray(np.broadcast_to(x, (pts.shape[0], d_x)))
         for mean, sd, is_prior in ((np.zeros(d_z), np.ones(d_z), True), (q_mean, q_sd, False)):
             params = _lg_params(W, b, mean, sd, rng)
-            lik = np.exp(np.asarray(_log_lik(params, xs, jnp.asarray(mean + pts * sd), decoder="gaussian",
-                                             obs_scale=s)))
-            transcribed = np.sum(wt * lik)                      # E_{z~q}[p(x|z)]
+            lik = np.exp(
+                np.asarray(_log_lik(params, xs, jnp.asarray(mean + pts * sd), decoder="gaussian", obs_scale=s))
+            )
+            transcribed = np.sum(wt * lik)  # E_{z~q}[p(x|z)]
             weighted = np.sum(wt * np.exp(_lw(params, x, pts, s)))  # E_q[p(x|z) p(z)/q(z)]
             assert abs(weighted - px) < 1e-9 * px
             if is_prior:
                 assert abs(transcribed - px) < 1e-9 * px
             else:
                 assert abs(transcribed - px) > 1e-3 * px
-    for _ in range(N_INSTANCES):          # discrete latent: exact sums
+    for _ in range(N_INSTANCES):  # discrete latent: exact sums
         M = int(rng.integers(2, 7))
         log_prior, log_lik, log_q = _discrete_model(rng, M)
         px = np.sum(np.exp(log_prior + log_lik))
@@ -305,15 +319,17 @@ def test_mixture_prior_energy_is_the_lse_energy():
     in the means are softmax-weighted sums of sim-gradients (complex-step derivatives)."""
     rng = np.random.default_rng(5)
     energy, grad = jax.jit(vae.prior_energy), jax.jit(vae.grad_prior_energy)
-    shapes = [(2, 1, 3), (3, 2, 4), (4, 3, 5), (1, 2, 2)]            # (K, d_z, N)
+    shapes = [(2, 1, 3), (3, 2, 4), (4, 3, 5), (1, 2, 2)]  # (K, d_z, N)
     for i in range(N_INSTANCES):
         K, d, N = shapes[i % len(shapes)]
         logits, means = rng.normal(size=K), rng.normal(scale=1.5, size=(K, d))
         log_scales, z = rng.normal(scale=0.4, size=(K, d)), rng.normal(scale=1.5, size=(N, d))
         prior = vae.MixturePrior(jnp.asarray(logits), jnp.asarray(means), jnp.asarray(log_scales))
         pi = np.exp(logits) / np.exp(logits).sum()
-        dens = sum(pi[k] * multivariate_normal(means[k], np.diag(np.exp(2 * log_scales[k]))).pdf(z).reshape(N)
-                   for k in range(K))
+        dens = sum(
+            pi[k] * multivariate_normal(means[k], np.diag(np.exp(2 * log_scales[k]))).pdf(z).reshape(N)
+            for k in range(K)
+        )
         ref = -np.sum(np.log(dens))
         assert abs(float(energy(prior, jnp.asarray(z))) - ref) < 1e-11 * max(1.0, abs(ref))
         g_prior, g_z = grad(prior, jnp.asarray(z))
@@ -342,6 +358,9 @@ def test_linear_gaussian_exact_posterior_has_zero_variance_weights():
         eps = jnp.asarray(rng.normal(size=(50, 2, d_z)))
         w = np.asarray(lw(jnp.asarray(W), jnp.asarray(b), s, jnp.asarray(x), m, jnp.linalg.cholesky(C), eps))
         assert np.max(np.abs(w - ref[None])) < 1e-10 * max(1.0, np.max(np.abs(ref)))
-        w2 = np.asarray(lw(jnp.asarray(W), jnp.asarray(b), s, jnp.asarray(x), m + 0.3,
-                           jnp.linalg.cholesky(1.5 * C), eps))
-        assert np.min(np.std(w2, axis=0)) > 1e-3 and np.all(np.mean(w2, axis=0) < ref + 4 * np.std(w2, axis=0) / np.sqrt(50))
+        w2 = np.asarray(
+            lw(jnp.asarray(W), jnp.asarray(b), s, jnp.asarray(x), m + 0.3, jnp.linalg.cholesky(1.5 * C), eps)
+        )
+        assert np.min(np.std(w2, axis=0)) > 1e-3 and np.all(
+            np.mean(w2, axis=0) < ref + 4 * np.std(w2, axis=0) / np.sqrt(50)
+        )

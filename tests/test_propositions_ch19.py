@@ -33,8 +33,12 @@ inner_maximize = jax.jit(adv.inner_maximize, static_argnames=("n_steps", "monoto
 
 def random_instance(rng, k=K, n=1):
     s = rng.uniform(0.5, 4.0)
-    p = adv.Params(W1=jnp.asarray(s * rng.normal(size=(D, H)) / np.sqrt(D)), b1=jnp.asarray(rng.normal(size=H)),
-                   W2=jnp.asarray(s * rng.normal(size=(H, k)) / np.sqrt(H)), b2=jnp.asarray(rng.normal(size=k)))
+    p = adv.Params(
+        W1=jnp.asarray(s * rng.normal(size=(D, H)) / np.sqrt(D)),
+        b1=jnp.asarray(rng.normal(size=H)),
+        W2=jnp.asarray(s * rng.normal(size=(H, k)) / np.sqrt(H)),
+        b2=jnp.asarray(rng.normal(size=k)),
+    )
     x = rng.uniform(0.0, 1.0, (n, D))
     t = rng.choice([-1, 1], n) if k == 1 else rng.integers(0, k, n)
     return p, jnp.asarray(x), jnp.asarray(t)
@@ -207,8 +211,12 @@ def test_binary_trades_prices_every_decision_boundary():
     for _ in range(N_INSTANCES):
         c, beta, n = rng.normal(0, 3), rng.uniform(0, 10), int(rng.integers(2, 12))
         t = rng.choice([-1, 1], n)
-        p = adv.Params(W1=jnp.asarray(rng.normal(size=(D, H))), b1=jnp.asarray(rng.normal(size=H)),
-                       W2=jnp.zeros((H, 1)), b2=jnp.asarray([c]))
+        p = adv.Params(
+            W1=jnp.asarray(rng.normal(size=(D, H))),
+            b1=jnp.asarray(rng.normal(size=H)),
+            W2=jnp.zeros((H, 1)),
+            b2=jnp.asarray([c]),
+        )
         x, xa = jnp.asarray(rng.uniform(0, 1, (n, D))), jnp.asarray(rng.uniform(0, 1, (n, D)))
         pi = mpmath.mpf(int(np.sum(t == 1))) / n
         gm = lambda u: mpmath.log(1 + mpmath.exp(-u))  # noqa: E731
@@ -217,7 +225,10 @@ def test_binary_trades_prices_every_decision_boundary():
         np.testing.assert_allclose(float(g(p, x, jnp.asarray(t), xa, beta)), float(ref), rtol=1e-12)
     for _ in range(N_INSTANCES):
         pi, beta = rng.uniform(0.01, 0.99), 10 ** rng.uniform(0, 6)
-        res = minimize_scalar(lambda c: pi * np.logaddexp(0, -c) + (1 - pi) * np.logaddexp(0, c)
-                              + beta * np.logaddexp(0, -c * c), bounds=(0, 50), method="bounded",
-                              options={"xatol": 1e-10})
+        res = minimize_scalar(
+            lambda c: pi * np.logaddexp(0, -c) + (1 - pi) * np.logaddexp(0, c) + beta * np.logaddexp(0, -c * c),
+            bounds=(0, 50),
+            method="bounded",
+            options={"xatol": 1e-10},
+        )
         assert res.fun <= 1 + np.log(2) + np.sqrt(np.log(beta)) + 1e-9

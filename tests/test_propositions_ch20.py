@@ -107,7 +107,7 @@ def test_nef_mapping_turns_synaptic_filter_into_target_dynamics():
     assert naive_fails >= 0.95 * N_INSTANCES
 
 
-SHAPES = [(2, 3, 1), (4, 6, 2), (6, 8, 3)]   # (N neurons, G grid points, M responses); values fresh every instance
+SHAPES = [(2, 3, 1), (4, 6, 2), (6, 8, 3)]  # (N neurons, G grid points, M responses); values fresh every instance
 
 
 def _instance(rng, i):
@@ -124,8 +124,9 @@ def test_posterior_is_softmax_of_poisson_similarity():
     for i in range(N_INSTANCES):
         counts, f = _instance(rng, i)
         lik = np.array([[np.prod(poisson.pmf(c, fj)) for fj in f] for c in counts])
-        np.testing.assert_allclose(posterior(jnp.asarray(counts), jnp.asarray(f)), lik / lik.sum(1, keepdims=True),
-                                   rtol=1e-9, atol=1e-300)
+        np.testing.assert_allclose(
+            posterior(jnp.asarray(counts), jnp.asarray(f)), lik / lik.sum(1, keepdims=True), rtol=1e-9, atol=1e-300
+        )
         log_fact = sum(math.lgamma(c + 1) for c in counts.ravel())
         e = -np.sum(np.log(lik.mean(1))) - log_fact - len(counts) * math.log(len(f))
         assert abs(float(energy(jnp.asarray(counts), jnp.asarray(f))) - e) <= 1e-9 * max(1.0, abs(e))
@@ -141,10 +142,12 @@ def test_energy_gradient_is_posterior_weighted_log_rates():
     rng = np.random.default_rng(5)
     for i in range(N_INSTANCES):
         counts, f = _instance(rng, i)
-        counts = counts + rng.uniform(0, 1, counts.shape)   # real-valued counts: the continuous relaxation
+        counts = counts + rng.uniform(0, 1, counts.shape)  # real-valued counts: the continuous relaxation
+
         def e(n, f=f):
             s = n @ np.log(f).T - f.sum(1)
             return -np.sum(np.log(np.sum(np.exp(s), axis=1)))
+
         ref = complex_step(e, (counts,), 0)
         np.testing.assert_allclose(grad_energy(jnp.asarray(counts), jnp.asarray(f)), ref, rtol=1e-9, atol=1e-12)
 
@@ -155,8 +158,15 @@ def test_lif_first_passage_and_rate():
     for i in range(N_INSTANCES):
         tau_rc, tau_ref = rng.uniform(0.005, 0.05), rng.uniform(0.0, 0.005)
         j = rng.uniform(1.02, 20.0) if i % 4 else rng.uniform(0.0, 1.0)
-        sol = solve_ivp(lambda t, v, j, tau_rc: (j - v) / tau_rc, (0, 50 * tau_rc), [0.0], args=(j, tau_rc),
-                        events=_hit, rtol=1e-12, atol=1e-14)
+        sol = solve_ivp(
+            lambda t, v, j, tau_rc: (j - v) / tau_rc,
+            (0, 50 * tau_rc),
+            [0.0],
+            args=(j, tau_rc),
+            events=_hit,
+            rtol=1e-12,
+            atol=1e-14,
+        )
         r = float(lif.rate(jnp.asarray(j), tau_rc=tau_rc, tau_ref=tau_ref))
         if j > 1:
             t_star = sol.t_events[0][0]
@@ -172,7 +182,7 @@ def test_euler_interval_and_its_dt_bound():
         tau_rc, dt = 0.02, float(rng.choice([1e-4, 2e-4, 5e-4]))
         tau_ref = dt * rng.integers(0, 30)
         j = rng.uniform(1.05, 15.0)
-        v, k = 0.0, 0                              # plain-Python Euler from rest
+        v, k = 0.0, 0  # plain-Python Euler from rest
         while v < 1.0:
             v += dt / tau_rc * (j - v)
             k += 1

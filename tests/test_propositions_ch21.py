@@ -46,8 +46,12 @@ def test_optimal_discriminator():
     r = np.random.default_rng(0)
     for _ in range(N_INSTANCES):
         a, b = np.exp(r.normal(size=2) * 2)
-        res = minimize_scalar(lambda d, a=a, b=b: -(a * np.log(d) + b * np.log1p(-d)), bounds=(1e-12, 1 - 1e-12),
-                              method="bounded", options={"xatol": 1e-12})
+        res = minimize_scalar(
+            lambda d, a=a, b=b: -(a * np.log(d) + b * np.log1p(-d)),
+            bounds=(1e-12, 1 - 1e-12),
+            method="bounded",
+            options={"xatol": 1e-12},
+        )
         assert abs(res.x - d_star([a], [b])[0]) < 1e-6
     # without the condition a + b > 0 (both densities zero) the objective is flat: no unique maximiser
     flat = [0.0 * np.log(d) + 0.0 * np.log1p(-d) for d in (0.1, 0.5, 0.9)]
@@ -96,7 +100,7 @@ QX, QW = _composite_gauss_legendre(-40.0, 40.0, 400)
 def value_and_jsd_1d(m, s, w):
     """V(D*, G) by quadrature with the package's D* (one call on all nodes), and JSD by quadrature of KL
     to the mixture (no D*). The quadrature rule is checked on this instance's closed-form integrals."""
-    assert s.min() >= 0.2 and np.all(np.abs(m) + 10 * s < 40)   # the rule resolves and spans the densities
+    assert s.min() >= 0.2 and np.all(np.abs(m) + 10 * s < 40)  # the rule resolves and spans the densities
     pd = w * norm.pdf(QX, m[0], s[0]) + (1 - w) * norm.pdf(QX, m[1], s[1])
     pg = norm.pdf(QX, m[2], s[2])
     # the rule integrates this instance's densities, and p_g's entropy, to round-off
@@ -108,12 +112,13 @@ def value_and_jsd_1d(m, s, w):
     # terms left out are < 1e-290; subnormal densities are left out because XLA may flush them to 0
     tiny = 1e-300
     both = (pd > tiny) & (pg > tiny)
-    a = np.asarray(optimal_logit(jnp.log(jnp.asarray(np.where(both, pd, 1.0))),
-                                 jnp.log(jnp.asarray(np.where(both, pg, 1.0)))))
+    a = np.asarray(
+        optimal_logit(jnp.log(jnp.asarray(np.where(both, pd, 1.0))), jnp.log(jnp.asarray(np.where(both, pg, 1.0))))
+    )
     v = QW @ np.where(both, -pd * np.logaddexp(0.0, -a) - pg * np.logaddexp(0.0, a), 0.0)  # p ln D* + q ln(1-D*)
     mix = 0.5 * (pd + pg)
     with np.errstate(divide="ignore", invalid="ignore"):
-        kl = [QW @ np.where(f > tiny, f * (np.log(f) - np.log(mix)), 0.0) for f in (pd, pg)]   # KL(f || mix)
+        kl = [QW @ np.where(f > tiny, f * (np.log(f) - np.log(mix)), 0.0) for f in (pd, pg)]  # KL(f || mix)
     return v, 0.5 * kl[0] + 0.5 * kl[1]
 
 
@@ -123,27 +128,30 @@ def test_softplus_is_two_term_lse():
     mpmath.mp.dps = 50
     for _ in range(N_INSTANCES):
         n = r.integers(1, 6)
-        a = r.normal(size=n) * np.exp(r.uniform(-2, 3.5))       # up to |a| ~ 100
+        a = r.normal(size=n) * np.exp(r.uniform(-2, 3.5))  # up to |a| ~ 100
         t = r.random(n)
         loss = float(logistic_loss(jnp.asarray(a), jnp.asarray(t)))
 
         def exact(aa, tt):
             sig = [1 / (1 + mpmath.e ** (-mpmath.mpf(x))) for x in aa]
-            return sum(-mpmath.mpf(ti) * mpmath.log(si) - (1 - mpmath.mpf(ti)) * mpmath.log(1 - si)
-                       for si, ti in zip(sig, tt)) / len(aa)
+            return sum(
+                -mpmath.mpf(ti) * mpmath.log(si) - (1 - mpmath.mpf(ti)) * mpmath.log(1 - si) for si, ti in zip(sig, tt)
+            ) / len(aa)
 
         ref = exact(a, t)
         assert abs(loss - float(ref)) <= 1e-13 * max(1.0, abs(float(ref)))
         # -ln sigma(a) = ln(e^0 + e^-a), in mpmath
         for x in a:
             x = mpmath.mpf(x)
-            assert abs(-mpmath.log(1 / (1 + mpmath.e ** (-x))) - mpmath.log(1 + mpmath.e ** (-x))) < mpmath.mpf(10) ** -40
+            assert (
+                abs(-mpmath.log(1 / (1 + mpmath.e ** (-x))) - mpmath.log(1 + mpmath.e ** (-x))) < mpmath.mpf(10) ** -40
+            )
         # the gradient, by mpmath differentiation of the exact loss, one coordinate at a time
         g = np.asarray(grad_logistic_loss(jnp.asarray(a), jnp.asarray(t)))
         for i in range(n):
             assert abs(g[i] - float(mpmath.diff(partial(exact_coordinate, exact, a, t, i), mpmath.mpf(a[i])))) < 1e-13
     # without the two-term form: a one-term "LSE" (just -a) is -ln sigma(a) only asymptotically
-    assert abs(float(-mpmath.log(1 / (1 + mpmath.e ** 2))) - 2.0) > 0.1
+    assert abs(float(-mpmath.log(1 / (1 + mpmath.e**2))) - 2.0) > 0.1
 
 
 def exact_coordinate(exact, a, t, i, x):
@@ -157,7 +165,7 @@ def test_minimax_generator_gradient_saturates():
     r = np.random.default_rng(3)
     mpmath.mp.dps = 50
     for _ in range(N_INSTANCES):
-        a = -np.exp(r.uniform(0, 3, size=3))                   # a fake the discriminator rejects: D < 1/2
+        a = -np.exp(r.uniform(0, 3, size=3))  # a fake the discriminator rejects: D < 1/2
         mm = np.asarray(gan.grad_generator_loss_logits(jnp.asarray(a), "minimax")) * 3
         ns = np.asarray(gan.grad_generator_loss_logits(jnp.asarray(a), "non_saturating")) * 3
         for i, x in enumerate(a):
@@ -169,7 +177,8 @@ def test_minimax_generator_gradient_saturates():
     # the condition D < 1/2 matters: for an accepted fake (a > 0) the order is reversed
     a = jnp.asarray([2.0])
     assert abs(float(gan.grad_generator_loss_logits(a, "minimax")[0])) > abs(
-        float(gan.grad_generator_loss_logits(a, "non_saturating")[0]))
+        float(gan.grad_generator_loss_logits(a, "non_saturating")[0])
+    )
 
 
 def test_rate_interval_is_clopper_pearson():
@@ -181,8 +190,9 @@ def test_rate_interval_is_clopper_pearson():
     from lse_energy.experiments import gan_ring
 
     rng = np.random.default_rng(21)
-    cases = [(0, 40), (40, 40), (1, 1)] + [(int(k), int(n)) for n in rng.integers(1, 200, 97)
-                                            for k in [rng.integers(0, n + 1)]]
+    cases = [(0, 40), (40, 40), (1, 1)] + [
+        (int(k), int(n)) for n in rng.integers(1, 200, 97) for k in [rng.integers(0, n + 1)]
+    ]
     for k, n in cases:
         r, lo, hi = gan_ring.rate_interval(k, n)
         ci = binomtest(k, n).proportion_ci(0.95, method="exact")

@@ -40,10 +40,12 @@ def test_energy_matches_sum_formula(seed):
     v, h = random_binary(seed, (5, M)), random_binary(seed + 7, (5, N))
     W, b, c = (np.asarray(a) for a in p)
     vn, hn = np.asarray(v), np.asarray(h)
-    expected = np.array([
-        -sum(vn[s, i] * W[i, j] * hn[s, j] for i in range(M) for j in range(N))
-        - vn[s] @ b - hn[s] @ c for s in range(5)
-    ])
+    expected = np.array(
+        [
+            -sum(vn[s, i] * W[i, j] * hn[s, j] for i in range(M) for j in range(N)) - vn[s] @ b - hn[s] @ c
+            for s in range(5)
+        ]
+    )
     out = rbm.energy(p, v, h)
     assert out.shape == (5,)
     np.testing.assert_allclose(out, expected, rtol=1e-12)
@@ -58,18 +60,14 @@ def test_free_energy_is_lse_over_hidden_states(seed):
     p = random_params(seed)
     v = random_binary(seed, (6, M))
     H = rbm.binary_states(N)
-    brute = np.array([
-        -jax.nn.logsumexp(-rbm.energy(p, jnp.broadcast_to(vs, (H.shape[0], M)), H)) for vs in v
-    ])
+    brute = np.array([-jax.nn.logsumexp(-rbm.energy(p, jnp.broadcast_to(vs, (H.shape[0], M)), H)) for vs in v])
     f = rbm.free_energy(p, v)
     assert f.shape == (6,)
     np.testing.assert_allclose(f, brute, rtol=1e-12)
     s = v[0] @ p.W + p.c
     via_core = -(v[0] @ p.b) + core.energy(jnp.stack([jnp.zeros_like(s), s], -1))
     np.testing.assert_allclose(rbm.free_energy(p, v[0]), via_core, rtol=1e-13)
-    np.testing.assert_allclose(
-        rbm.free_energy(p, v[0]), -(v[0] @ p.b) - jnp.sum(jax.nn.softplus(s)), rtol=1e-13
-    )
+    np.testing.assert_allclose(rbm.free_energy(p, v[0]), -(v[0] @ p.b) - jnp.sum(jax.nn.softplus(s)), rtol=1e-13)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -111,9 +109,7 @@ def test_free_energy_hidden_is_other_marginal(seed):
     p = random_params(seed)
     h = random_binary(seed, (4, N))
     V = rbm.binary_states(M)
-    brute = np.array([
-        -jax.nn.logsumexp(-rbm.energy(p, V, jnp.broadcast_to(hs, (V.shape[0], N)))) for hs in h
-    ])
+    brute = np.array([-jax.nn.logsumexp(-rbm.energy(p, V, jnp.broadcast_to(hs, (V.shape[0], N)))) for hs in h])
     np.testing.assert_allclose(rbm.free_energy_hidden(p, h), brute, rtol=1e-12)
 
 
@@ -127,9 +123,7 @@ def test_free_energy_grad_v(seed):
     v = jax.random.uniform(jax.random.key(seed + 50), (M,))
     assert_gradient(lambda x: rbm.free_energy(p, x), lambda x: rbm.free_energy_grad_v(p, x), v)
     batch = jax.random.uniform(jax.random.key(seed + 51), (4, M))
-    assert_gradient(
-        lambda x: jnp.sum(rbm.free_energy(p, x)), lambda x: rbm.free_energy_grad_v(p, x), batch
-    )
+    assert_gradient(lambda x: jnp.sum(rbm.free_energy(p, x)), lambda x: rbm.free_energy_grad_v(p, x), batch)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -138,8 +132,7 @@ def test_free_energy_grad_params(seed):
     p = random_params(seed)
     v = random_binary(seed, (7, M))
     assert_gradient(
-        lambda q: jnp.mean(rbm.free_energy(q, v)), lambda q: rbm.free_energy_grad_params(q, v), p,
-        n_coords=None,
+        lambda q: jnp.mean(rbm.free_energy(q, v)), lambda q: rbm.free_energy_grad_params(q, v), p, n_coords=None
     )
 
 
@@ -149,8 +142,7 @@ def test_log_likelihood_grad(seed):
     p = random_params(seed)
     v = random_binary(seed, (9, M))
     assert_gradient(
-        lambda q: jnp.mean(rbm.log_likelihood(q, v)), lambda q: rbm.log_likelihood_grad(q, v), p,
-        n_coords=None,
+        lambda q: jnp.mean(rbm.log_likelihood(q, v)), lambda q: rbm.log_likelihood_grad(q, v), p, n_coords=None
     )
 
 
@@ -218,9 +210,7 @@ def test_log_partition_chunked_large_layer():
     np.testing.assert_allclose(
         rbm.log_partition(p, over="visible"), jax.nn.logsumexp(-rbm.free_energy(p, V)), rtol=1e-12
     )
-    np.testing.assert_allclose(
-        rbm.log_partition(p, over="visible"), rbm.log_partition(p, over="hidden"), rtol=1e-12
-    )
+    np.testing.assert_allclose(rbm.log_partition(p, over="visible"), rbm.log_partition(p, over="hidden"), rtol=1e-12)
 
 
 # --- Gibbs sampling -----------------------------------------------------------
@@ -285,10 +275,7 @@ def test_cd_gradient_mc_average_matches_expectation():
     reps = 2000
     data = jnp.tile(v, (reps, 1))
     exp_g = flat(rbm.expected_cd_gradient(p, v, 1))
-    draws = np.stack([
-        flat(rbm.cd_gradient(p, v, 1, key=jax.random.fold_in(jax.random.key(7), r)))
-        for r in range(200)
-    ])
+    draws = np.stack([flat(rbm.cd_gradient(p, v, 1, key=jax.random.fold_in(jax.random.key(7), r))) for r in range(200)])
     se = draws.std(axis=0) / np.sqrt(draws.shape[0])  # draws are i.i.d.
     big = flat(rbm.cd_gradient(p, data, 1, key=jax.random.key(8)))  # = mean of `reps` draws
     se_big = draws.std(axis=0) / np.sqrt(reps)
@@ -311,14 +298,12 @@ def test_cd1_training_raises_exact_log_likelihood():
     ll_true = np.mean(np.log(p_true[data.astype(int) @ (2 ** np.arange(M))]))
     p0 = rbm.init_params(M, N, key=jax.random.key(0), scale=0.01, data=data)
     ll0 = float(jnp.mean(rbm.log_likelihood(p0, data)))
-    fit = rbm.fit(p0, data, key=jax.random.key(1), n_epochs=150, batch_size=20,
-                  learning_rate=0.1, k=1)
+    fit = rbm.fit(p0, data, key=jax.random.key(1), n_epochs=150, batch_size=20, learning_rate=0.1, k=1)
     p1 = fit.params
     ll1 = float(jnp.mean(rbm.log_likelihood(p1, data)))
     assert fit.extras.reconstruction_error.shape == (150,) and fit.energies.shape == (150,)
     assert fit.n_iter == 150 and fit.converged is None
-    np.testing.assert_allclose(float(fit.energies[-1]), float(jnp.mean(rbm.free_energy(p1, data))),
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(fit.energies[-1]), float(jnp.mean(rbm.free_energy(p1, data))), rtol=1e-12)
     assert ll0 < ll_true
     assert ll1 - ll0 > 0.5 * (ll_true - ll0)
 

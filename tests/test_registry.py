@@ -58,6 +58,7 @@ def _split(example, wrt):
     (the constrained fields, such as mixture weights on the simplex, are left out: a finite
     difference would leave their domain).
     """
+
     def get(name):
         arg, _, field = name.partition(".")
         return getattr(example[arg], field) if field else example[arg]
@@ -171,8 +172,11 @@ def test_api_reference_documents_every_public_module():
         found = re.findall(r"\.\. automodule:: lse_energy\.([\w.]+)\n", (ROOT / f"{page}.md").read_text())
         assert len(found) == 1, f"{page}.md documents {found}: one module per page"
         modules.append(found[0])
-    public = {info.name.removeprefix("lse_energy.") for info in pkgutil.walk_packages(lse_energy.__path__, "lse_energy.")
-              if not any(part.startswith("_") for part in info.name.split(".")) and not info.ispkg}
+    public = {
+        info.name.removeprefix("lse_energy.")
+        for info in pkgutil.walk_packages(lse_energy.__path__, "lse_energy.")
+        if not any(part.startswith("_") for part in info.name.split(".")) and not info.ispkg
+    }
     assert len(modules) == len(set(modules)), "a module documented twice"
     assert set(modules) == public, sorted(set(modules) ^ public)
     # grouped by model, in the registry's (the book's) order
@@ -187,9 +191,22 @@ def _fits():
     """Every public fit in the package, each as a small call (name -> thunk)."""
     import optax
 
-    from lse_energy import adversarial
-    from lse_energy import autoencoder, diffusion, embedding, gan, gmm, gru, mixture_pc, pcn, rbm, sharding, slds, slot_attention
-    from lse_energy import vae
+    from lse_energy import (
+        adversarial,
+        autoencoder,
+        diffusion,
+        embedding,
+        gan,
+        gmm,
+        gru,
+        mixture_pc,
+        pcn,
+        rbm,
+        sharding,
+        slds,
+        slot_attention,
+        vae,
+    )
     from lse_energy.experiments import diffusion_mlp
 
     rng = np.random.default_rng(0)
@@ -203,37 +220,82 @@ def _fits():
     binary = jnp.asarray((rng.random((6, 3)) < 0.5).astype(float))
     sp = slot_attention.Params(jnp.eye(2), jnp.eye(2))
     return {
-        "autoencoder.fit": lambda: autoencoder.fit(autoencoder.init_params(2, 1, key=key), x2, optimizer=sgd,
-                                                   n_steps=3),
+        "autoencoder.fit": lambda: autoencoder.fit(
+            autoencoder.init_params(2, 1, key=key), x2, optimizer=sgd, n_steps=3
+        ),
         "gmm.fit": lambda: gmm.fit(x2, 2, key=key, max_iter=3, tol=0.0),
-        "gmm.em": lambda: gmm.em(gp, gmm.sufficient_statistics, (x2, shift), n=12, shift=shift, max_iter=3,
-                                  tol=0.0),
-        "sharding.sharded_fit": lambda: sharding.sharded_fit(x2, 2, sharding.data_mesh(1), key=key, max_iter=3,
-                                                                tol=0.0),
+        "gmm.em": lambda: gmm.em(gp, gmm.sufficient_statistics, (x2, shift), n=12, shift=shift, max_iter=3, tol=0.0),
+        "sharding.sharded_fit": lambda: sharding.sharded_fit(
+            x2, 2, sharding.data_mesh(1), key=key, max_iter=3, tol=0.0
+        ),
         "slds.fit": lambda: slds.fit(traj, 2, key=key, max_iter=3, n_init=2, tol=0.0),
-        "mixture_pc.fit": lambda: mixture_pc.fit(mixture_pc.init_params(1, 3, 2, key=key), x2,
-                                                 jnp.zeros((2, 1)), optimizer=sgd, n_rounds=3,
-                                                 infer_steps=2, learn_steps=2),
+        "mixture_pc.fit": lambda: mixture_pc.fit(
+            mixture_pc.init_params(1, 3, 2, key=key),
+            x2,
+            jnp.zeros((2, 1)),
+            optimizer=sgd,
+            n_rounds=3,
+            infer_steps=2,
+            learn_steps=2,
+        ),
         "slot_attention.fit": lambda: slot_attention.fit(sp, x2, x2[:3], n_steps=3),
-        "adversarial.fit": lambda: adversarial.fit(adversarial.init_params(2, 3, 2, key=key), x2,
-                                                   jnp.asarray(np.arange(12) % 2), key=key, optimizer=sgd,
-                                                   n_epochs=3, batch_size=4, beta=1.0, epsilon=0.1,
-                                                   inner_steps=2),
+        "adversarial.fit": lambda: adversarial.fit(
+            adversarial.init_params(2, 3, 2, key=key),
+            x2,
+            jnp.asarray(np.arange(12) % 2),
+            key=key,
+            optimizer=sgd,
+            n_epochs=3,
+            batch_size=4,
+            beta=1.0,
+            epsilon=0.1,
+            inner_steps=2,
+        ),
         "rbm.fit": lambda: rbm.fit(r, binary, key=key, n_epochs=3, batch_size=3),
-        "embedding.fit": lambda: embedding.fit(embedding.init_params(4, 2, key=key),
-                                               jnp.asarray(rng.integers(1, 4, size=(4, 4)).astype(float)),
-                                               optimizer=sgd, n_steps=3),
-        "gru.fit": lambda: gru.fit(gru.init_params(2, 3, 2, key=key), jnp.asarray(rng.normal(size=(6, 4, 2))),
-                                   jnp.array([0, 1, 0, 1, 1, 0]), key=key, optimizer=sgd, n_epochs=3, batch_size=3),
-        "pcn.fit": lambda: pcn.fit(pcn.init_params((2, 3, 2), key=key), x2, x2, key=key, optimizer=sgd,
-                                   n_epochs=3, batch_size=4, infer_steps=2),
-        "gan.fit": lambda: gan.fit(gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
-                                   x2, key=key, d_optimizer=sgd, g_optimizer=sgd, n_steps=3, batch_size=4),
-        "diffusion_mlp.fit": lambda: diffusion_mlp.fit(diffusion_mlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
-                                                       x2, diffusion.linear_schedule(8), sgd, key=key, n_steps=3,
-                                                       batch_size=4),
-        "vae.fit": lambda: vae.fit(vae.init_params(2, 1, 3, key=key), jnp.asarray(rng.random((12, 2))), key=key,
-                                   optimizer=sgd, n_epochs=3, batch_size=4),
+        "embedding.fit": lambda: embedding.fit(
+            embedding.init_params(4, 2, key=key),
+            jnp.asarray(rng.integers(1, 4, size=(4, 4)).astype(float)),
+            optimizer=sgd,
+            n_steps=3,
+        ),
+        "gru.fit": lambda: gru.fit(
+            gru.init_params(2, 3, 2, key=key),
+            jnp.asarray(rng.normal(size=(6, 4, 2))),
+            jnp.array([0, 1, 0, 1, 1, 0]),
+            key=key,
+            optimizer=sgd,
+            n_epochs=3,
+            batch_size=3,
+        ),
+        "pcn.fit": lambda: pcn.fit(
+            pcn.init_params((2, 3, 2), key=key), x2, x2, key=key, optimizer=sgd, n_epochs=3, batch_size=4, infer_steps=2
+        ),
+        "gan.fit": lambda: gan.fit(
+            gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
+            x2,
+            key=key,
+            d_optimizer=sgd,
+            g_optimizer=sgd,
+            n_steps=3,
+            batch_size=4,
+        ),
+        "diffusion_mlp.fit": lambda: diffusion_mlp.fit(
+            diffusion_mlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
+            x2,
+            diffusion.linear_schedule(8),
+            sgd,
+            key=key,
+            n_steps=3,
+            batch_size=4,
+        ),
+        "vae.fit": lambda: vae.fit(
+            vae.init_params(2, 1, 3, key=key),
+            jnp.asarray(rng.random((12, 2))),
+            key=key,
+            optimizer=sgd,
+            n_epochs=3,
+            batch_size=4,
+        ),
     }
 
 
@@ -266,8 +328,9 @@ def test_every_fit_returns_one_result_type(name):
     energies = np.asarray(out.energies)
     assert np.all(np.isfinite(energies))
     module, fn = name.split(".")
-    mod = importlib.import_module(f"lse_energy.{module}" if module != "diffusion_mlp"
-                                  else "lse_energy.experiments.diffusion_mlp")
+    mod = importlib.import_module(
+        f"lse_energy.{module}" if module != "diffusion_mlp" else "lse_energy.experiments.diffusion_mlp"
+    )
     has_rule = "max_iter" in inspect.signature(getattr(mod, fn)).parameters
     if has_rule:
         # tol = 0 never stops a loop early: it runs out of iterations.

@@ -103,8 +103,10 @@ def test_one_device_mesh_equals_single_device(seed):
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
     m, q = rng.normal(size=(4, 2)), rng.normal(size=(6, 2))
     np.testing.assert_allclose(
-        sharding.sharded_retrieve(m, q, mesh, beta=1.5, n_steps=3), hopfield.retrieve(m, q, beta=1.5, n_steps=3),
-        rtol=1e-12, atol=1e-14,
+        sharding.sharded_retrieve(m, q, mesh, beta=1.5, n_steps=3),
+        hopfield.retrieve(m, q, beta=1.5, n_steps=3),
+        rtol=1e-12,
+        atol=1e-14,
     )
 
 

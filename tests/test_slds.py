@@ -9,8 +9,7 @@ import pytest
 from scipy.optimize import linear_sum_assignment
 from scipy.stats import multivariate_normal
 
-from lse_energy import _progress
-from lse_energy import core, slds
+from lse_energy import _progress, core, slds
 from lse_energy.testing import assert_gradient, relative_error
 
 SEEDS = [0, 1, 2]
@@ -57,8 +56,9 @@ def test_energy_is_negative_log_likelihood(seed):
     X = np.asarray(x)
     ll = 0.0
     for t in range(X.shape[0] - 1):
-        ll += np.log(sum(P[0][k] * multivariate_normal(P[1][k] @ X[t] + P[2][k], P[3][k]).pdf(X[t + 1])
-                         for k in range(3)))
+        ll += np.log(
+            sum(P[0][k] * multivariate_normal(P[1][k] @ X[t] + P[2][k], P[3][k]).pdf(X[t + 1]) for k in range(3))
+        )
     np.testing.assert_allclose(float(slds.energy(p, x)), -ll, rtol=1e-12)
     np.testing.assert_allclose(float(slds.energy(p, x)), float(core.energy(slds.sim(p, x))), rtol=1e-14)
 
@@ -86,8 +86,11 @@ def test_normaliser_free_energy_has_no_minimum_in_covariance(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_trajectory(seed, normalised):
     p, x = random_params(seed), random_x(seed)
-    assert_gradient(lambda v: slds.energy(p, v, normalised=normalised),
-                    lambda v: slds.grad_trajectory(p, v, normalised=normalised), x)
+    assert_gradient(
+        lambda v: slds.energy(p, v, normalised=normalised),
+        lambda v: slds.grad_trajectory(p, v, normalised=normalised),
+        x,
+    )
 
 
 @pytest.mark.parametrize("normalised", [True, False])
@@ -96,11 +99,12 @@ def test_grad_next_and_prev_per_transition(seed, normalised):
     """Term t alone is the energy of the two-step trajectory (x_t, x_{t+1})."""
     p, x = random_params(seed), random_x(seed)
     for t in range(x.shape[0] - 1):
-        pair = x[t:t + 2]
+        pair = x[t : t + 2]
         assert_gradient(
             lambda v: slds.energy(p, v, normalised=normalised),
-            lambda v: jnp.stack([slds.grad_prev(p, v, normalised=normalised)[0],
-                                 slds.grad_next(p, v, normalised=normalised)[0]]),
+            lambda v: jnp.stack(
+                [slds.grad_prev(p, v, normalised=normalised)[0], slds.grad_next(p, v, normalised=normalised)[0]]
+            ),
             pair,
         )
     # and the trajectory gradient is their sum (eq. 4: child + parent)
@@ -113,10 +117,16 @@ def test_grad_next_and_prev_per_transition(seed, normalised):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_A_and_b(seed, normalised):
     p, x = random_params(seed), random_x(seed)
-    assert_gradient(lambda A: slds.energy(p._replace(A=A), x, normalised=normalised),
-                    lambda A: slds.grad_A(p._replace(A=A), x, normalised=normalised), p.A)
-    assert_gradient(lambda b: slds.energy(p._replace(b=b), x, normalised=normalised),
-                    lambda b: slds.grad_b(p._replace(b=b), x, normalised=normalised), p.b)
+    assert_gradient(
+        lambda A: slds.energy(p._replace(A=A), x, normalised=normalised),
+        lambda A: slds.grad_A(p._replace(A=A), x, normalised=normalised),
+        p.A,
+    )
+    assert_gradient(
+        lambda b: slds.energy(p._replace(b=b), x, normalised=normalised),
+        lambda b: slds.grad_b(p._replace(b=b), x, normalised=normalised),
+        p.b,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -126,9 +136,9 @@ def test_seed_state_gradients_have_wrong_sign(seed):
     alpha = slds.responsibilities(p, x)[0]
     r = slds.residuals(p, x)[0]
     u = jnp.linalg.solve(p.covariances, r[..., None])[..., 0]
-    seed_next = jnp.einsum("k,ki->i", alpha, u)                       # printed -dE/dx_{t+1}
-    seed_prev = jnp.einsum("k,kji,kj->i", alpha, -p.A, u)              # printed -dE/dx_t
-    true_neg = -jax.grad(lambda v: slds.energy(p, v))(x)              # true -dE/dx
+    seed_next = jnp.einsum("k,ki->i", alpha, u)  # printed -dE/dx_{t+1}
+    seed_prev = jnp.einsum("k,kji,kj->i", alpha, -p.A, u)  # printed -dE/dx_t
+    true_neg = -jax.grad(lambda v: slds.energy(p, v))(x)  # true -dE/dx
     np.testing.assert_allclose(relative_error(seed_next, true_neg[1]), 2.0, rtol=1e-10)
     np.testing.assert_allclose(relative_error(seed_prev, true_neg[0]), 2.0, rtol=1e-10)
     np.testing.assert_allclose(seed_next, -true_neg[1], rtol=1e-10)
@@ -199,11 +209,13 @@ def test_m_step_is_weighted_least_squares(seed):
         cov = (np.asarray(resp[:, k])[:, None, None] * np.einsum("ti,tj->tij", R, R)).sum(0) / float(resp[:, k].sum())
         np.testing.assert_allclose(new.covariances[k], cov, rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(new.weights, resp.sum(0) / 40, rtol=1e-12)
+
     # stationarity of the expected energy: dQ/dA = dQ/db = 0 at the M-step
     def Q(A, b):
         q = new._replace(A=A, b=b)
         s = slds.sim(q, x) - jnp.log(q.weights)
         return -jnp.sum(resp * s)
+
     gA, gb = jax.grad(Q, argnums=(0, 1))(new.A, new.b)
     assert float(jnp.max(jnp.abs(gA))) < 1e-8 and float(jnp.max(jnp.abs(gb))) < 1e-8
 

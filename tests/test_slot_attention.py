@@ -19,10 +19,7 @@ def problem(seed, n=7, s=4, d=3, h=None, dmu=None):
     h = d if h is None else h
     dmu = d if dmu is None else dmu
     k = jax.random.split(jax.random.key(seed), 4)
-    params = sa.Params(
-        jax.random.normal(k[0], (h, d)) / np.sqrt(d),
-        jax.random.normal(k[1], (h, dmu)) / np.sqrt(dmu),
-    )
+    params = sa.Params(jax.random.normal(k[0], (h, d)) / np.sqrt(d), jax.random.normal(k[1], (h, dmu)) / np.sqrt(dmu))
     x = jax.random.normal(k[2], (n, d))
     mu = jax.random.normal(k[3], (s, dmu))
     return params, x, mu
@@ -49,8 +46,8 @@ def test_energy_matches_direct_formula(seed):
     np.testing.assert_allclose(a.sum(1), 1.0, rtol=1e-14)
     lam = 0.7
     np.testing.assert_allclose(
-        sa.free_energy(params, x, mu, lam), sa.energy(params, x, mu) + 0.5 * lam * jnp.sum(mu**2),
-        rtol=1e-13)
+        sa.free_energy(params, x, mu, lam), sa.energy(params, x, mu) + 0.5 * lam * jnp.sum(mu**2), rtol=1e-13
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -91,23 +88,30 @@ def test_grad_mu_eq14(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_w_k(seed):
     params, x, mu = problem(seed, h=5, dmu=2)
-    assert_gradient(lambda w: sa.energy(params._replace(w_k=w), x, mu),
-                    lambda w: sa.grad_w_k(params._replace(w_k=w), x, mu), params.w_k)
+    assert_gradient(
+        lambda w: sa.energy(params._replace(w_k=w), x, mu),
+        lambda w: sa.grad_w_k(params._replace(w_k=w), x, mu),
+        params.w_k,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_w_q(seed):
     params, x, mu = problem(seed, h=5, dmu=2)
-    assert_gradient(lambda w: sa.energy(params._replace(w_q=w), x, mu),
-                    lambda w: sa.grad_w_q(params._replace(w_q=w), x, mu), params.w_q)
+    assert_gradient(
+        lambda w: sa.energy(params._replace(w_q=w), x, mu),
+        lambda w: sa.grad_w_q(params._replace(w_q=w), x, mu),
+        params.w_q,
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_free_energy_mu(seed):
     params, x, mu = problem(seed)
     lam = 0.5 + seed
-    assert_gradient(lambda v: sa.free_energy(params, x, v, lam),
-                    lambda v: sa.grad_free_energy_mu(params, x, v, lam), mu)
+    assert_gradient(
+        lambda v: sa.free_energy(params, x, v, lam), lambda v: sa.grad_free_energy_mu(params, x, v, lam), mu
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -161,8 +165,7 @@ def test_cccp_fixed_point_monotone_and_stationary(seed):
     a = sa.attention(params, x, mu)
     formula = (a.T @ x) @ params.w_k.T @ params.w_q / lam
     np.testing.assert_allclose(sa.cccp_step(params, x, mu, lam), formula, rtol=1e-12)
-    np.testing.assert_allclose(sa.gradient_step(params, x, mu, step=1 / lam, lam=lam), formula,
-                               rtol=1e-12, atol=1e-14)
+    np.testing.assert_allclose(sa.gradient_step(params, x, mu, step=1 / lam, lam=lam), formula, rtol=1e-12, atol=1e-14)
     m, trace = sa.e_step(params, x, mu, n_steps=300, method="cccp", lam=lam)
     trace = np.asarray(trace)
     assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace).max())
@@ -208,8 +211,11 @@ def test_m_step_closed_forms_zero_surrogate_gradient(seed, s):
 def test_surrogate_matches_direct_formula(seed):
     params, x, mu = problem(seed, h=5, dmu=2)
     a = sa.attention(params, x, mu)
-    direct = sum(a[j, i] * jnp.sum((params.w_k @ x[j] - params.w_q @ mu[i]) ** 2)
-                 for j in range(x.shape[0]) for i in range(mu.shape[0]))
+    direct = sum(
+        a[j, i] * jnp.sum((params.w_k @ x[j] - params.w_q @ mu[i]) ** 2)
+        for j in range(x.shape[0])
+        for i in range(mu.shape[0])
+    )
     np.testing.assert_allclose(sa.surrogate(params, x, mu, a), direct, rtol=1e-12)
 
 
@@ -219,7 +225,7 @@ def test_unconstrained_alternation_collapses(seed):
     a = sa.attention(params, x, mu)
     _, tr = sa.unconstrained_m_steps(params, x, mu, a, n_steps=60)
     sur = np.asarray(tr.surrogate)
-    assert np.all(np.diff(sur) <= 1e-12 * sur[0])       # block coordinate descent on L
+    assert np.all(np.diff(sur) <= 1e-12 * sur[0])  # block coordinate descent on L
     assert tr.norm_k[-1] < 1e-2 * tr.norm_k[1]
     assert tr.norm_q[-1] < 1e-2 * tr.norm_q[1]
     # the rate is the top squared canonical correlation: rho(T), T = C_xm C_mm^+ C_mx C_xx^+
@@ -277,8 +283,7 @@ def test_fit_procrustes_monotone_and_converges(seed):
     tr = fit.extras
     f = np.asarray(tr.free_energy).reshape(-1)
     np.testing.assert_array_equal(fit.energies, np.concatenate([f[:1], tr.free_energy[:, -1]]))
-    np.testing.assert_allclose(float(fit.energies[-1]), float(sa.free_energy(fit.params, x, tr.mu, 1.0)),
-                               rtol=1e-12)
+    np.testing.assert_allclose(float(fit.energies[-1]), float(sa.free_energy(fit.params, x, tr.mu, 1.0)), rtol=1e-12)
     assert np.all(np.diff(f) <= 1e-10 * np.abs(f).max())
     assert np.all(np.asarray(tr.surrogate_after) <= np.asarray(tr.surrogate_before) * (1 + 1e-12))
     assert tr.delta_w_q[-1] < 1e-6

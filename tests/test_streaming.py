@@ -37,9 +37,12 @@ def test_streamed_fit_equals_in_memory_fit(memmap, seed, chunk_rows):
     x = _mixture(20_011, 4, seed)
     mm = memmap(x)
     ref = gmm.fit(x, 3, key=jax.random.key(seed), max_iter=40, tol=1e-9)
-    for got in (gmm.fit(mm, 3, key=jax.random.key(seed), max_iter=40, tol=1e-9, chunk_rows=chunk_rows),
-                sharding.sharded_fit(mm, 3, sharding.data_mesh(), key=jax.random.key(seed), max_iter=40,
-                                     tol=1e-9, chunk_rows=chunk_rows)):
+    for got in (
+        gmm.fit(mm, 3, key=jax.random.key(seed), max_iter=40, tol=1e-9, chunk_rows=chunk_rows),
+        sharding.sharded_fit(
+            mm, 3, sharding.data_mesh(), key=jax.random.key(seed), max_iter=40, tol=1e-9, chunk_rows=chunk_rows
+        ),
+    ):
         assert got.n_iter == ref.n_iter and got.converged == ref.converged
         for a, b in zip(got.params, ref.params):
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-10, atol=1e-10)
@@ -114,14 +117,18 @@ def test_peak_memory_of_a_1gb_memmap_fit(tmp_path):
     rng = np.random.default_rng(0)
     step = 1 << 20
     for a in range(0, n, step):
-        mm[a:a + step] = rng.normal(size=(step, d)) + (a // step % 3)
+        mm[a : a + step] = rng.normal(size=(step, d)) + (a // step % 3)
     mm.flush()
     del mm
     size = n * d * 8
 
     def peak_growth(release: bool) -> dict:
-        out = subprocess.run([sys.executable, "-c", _PEAK_SCRIPT, str(path), str(n), str(d), "1" if release else "0"],
-                             capture_output=True, text=True, timeout=600)
+        out = subprocess.run(
+            [sys.executable, "-c", _PEAK_SCRIPT, str(path), str(n), str(d), "1" if release else "0"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         r = json.loads(out.stdout.strip().splitlines()[-1])
         assert r["n_iter"] == 1 and r["finite"]
@@ -133,8 +140,10 @@ def test_peak_memory_of_a_1gb_memmap_fit(tmp_path):
     # the first check below can fail.
     r0 = peak_growth(release=False)
     growth0 = r0["peak"] - r0["before"]
-    print(f"1 GiB memmap fit: peak RSS grew by {growth / 2**20:.0f} MiB ({growth / size:.1%} of the file); "
-          f"without dropping the pages read, by {growth0 / 2**20:.0f} MiB")
+    print(
+        f"1 GiB memmap fit: peak RSS grew by {growth / 2**20:.0f} MiB ({growth / size:.1%} of the file); "
+        f"without dropping the pages read, by {growth0 / 2**20:.0f} MiB"
+    )
     assert growth < 0.1 * size
     assert growth0 > 0.8 * size
 

@@ -8,10 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from lse_energy import _progress
+from lse_energy import _progress, core, expanding, multihop
 from lse_energy import attention as A
-from lse_energy import core
-from lse_energy import expanding, multihop
 from lse_energy.experiments import structural_tasks as toy
 from lse_energy.testing import assert_gradient
 
@@ -41,8 +39,9 @@ def test_multihop_equals_explicit_matrix_products(seed):
     P = _softmax_rows(np.asarray(q) @ np.asarray(k).T / math.sqrt(dk))
     V = np.asarray(v)
     np.testing.assert_allclose(multihop.attend(q, k, v, variant="paper"), (P + P @ P) @ V, rtol=1e-12, atol=1e-13)
-    np.testing.assert_allclose(multihop.attend(q, k, v, variant="code"),
-                               (np.eye(n) + P + P @ P) @ V / 3, rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(
+        multihop.attend(q, k, v, variant="code"), (np.eye(n) + P + P @ P) @ V / 3, rtol=1e-12, atol=1e-13
+    )
 
 
 # The multi-hop proposition (structural expectation over all N^N structures, with and
@@ -66,8 +65,7 @@ def test_multihop_with_mask_matches_matrix_products():
     mask = A.causal_mask(n)
     s = np.where(np.asarray(mask), np.asarray(q) @ np.asarray(k).T / math.sqrt(3), -np.inf)
     P = _softmax_rows(s)
-    np.testing.assert_allclose(multihop.attend(q, k, v, mask=mask), (P + P @ P) @ np.asarray(v),
-                               rtol=1e-12, atol=1e-13)
+    np.testing.assert_allclose(multihop.attend(q, k, v, mask=mask), (P + P @ P) @ np.asarray(v), rtol=1e-12, atol=1e-13)
 
 
 def test_multihop_attention_batched_and_params():
@@ -145,8 +143,13 @@ def test_geometric_posterior_is_softmax_with_log_prior(seed):
     qv, k, v = _normal(ks[0], (d,)), _normal(ks[1], (n, d)), _normal(ks[2], (n, d))
     qg = 0.2
     bias = np.log(qg) + np.arange(n) * np.log(1 - qg)
-    ref = jax.nn.dot_product_attention(qv[None, None, None, :], k[None, :, None, :], v[None, :, None, :],
-                                       bias=jnp.asarray(bias)[None, None, None, :], scale=1 / math.sqrt(d))[0, 0, 0]
+    ref = jax.nn.dot_product_attention(
+        qv[None, None, None, :],
+        k[None, :, None, :],
+        v[None, :, None, :],
+        bias=jnp.asarray(bias)[None, None, None, :],
+        scale=1 / math.sqrt(d),
+    )[0, 0, 0]
     p = expanding.posterior(k @ qv / math.sqrt(d), jnp.asarray(qg))
     # jax.nn.dot_product_attention keeps its softmax in float32 even for float64 inputs,
     # so this oracle is good to float32 precision; the brute-force check below is float64.
@@ -161,10 +164,12 @@ def test_geometric_energy_gradients(seed):
     sims = _normal(ks[0], (3, 8))
     q = jnp.array([0.2, 0.5, 0.7])
     window = jnp.array([8, 3, 5])
-    assert_gradient(lambda s: expanding.energy(s, q, window=window),
-                    lambda s: expanding.grad_sims(s, q, window=window), sims)
-    assert_gradient(lambda qq: expanding.energy(sims, qq, window=window),
-                    lambda qq: expanding.grad_q(sims, qq, window=window), q)
+    assert_gradient(
+        lambda s: expanding.energy(s, q, window=window), lambda s: expanding.grad_sims(s, q, window=window), sims
+    )
+    assert_gradient(
+        lambda qq: expanding.energy(sims, qq, window=window), lambda qq: expanding.grad_q(sims, qq, window=window), q
+    )
 
 
 def test_geometric_energy_brute_force():
@@ -228,8 +233,16 @@ def _reference_meanfield(qv, k, v, alpha, beta, eps, tol, max_steps):
     h = min(max(math.ceil(math.log(eps) / math.log(1 - qT)), 1), n)
     p = _softmax_rows(s[:h] + np.log(qT) + np.arange(h) * np.log(1 - qT))
     ops = d * n + sum(hs) + h + v.shape[1] * h  # the dense path computes all n dot products
-    return dict(output=p @ v[:h], window=h, iterations=len(hs), ops=ops, q=qT, converged=converged, qs=qs,
-                max_window=max(hs + [h]))
+    return dict(
+        output=p @ v[:h],
+        window=h,
+        iterations=len(hs),
+        ops=ops,
+        q=qT,
+        converged=converged,
+        qs=qs,
+        max_window=max(hs + [h]),
+    )
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -294,14 +307,14 @@ def _assert_same_as_dense(res, dense, d, rows=slice(None)):
     for f in _FIELDS_EQUAL:
         np.testing.assert_array_equal(np.asarray(getattr(res, f))[rows], np.asarray(getattr(dense, f))[rows], f)
     for f in _FIELDS_CLOSE:
-        np.testing.assert_allclose(np.asarray(getattr(res, f))[rows], np.asarray(getattr(dense, f))[rows],
-                                   rtol=1e-12, atol=1e-14, err_msg=f)
+        np.testing.assert_allclose(
+            np.asarray(getattr(res, f))[rows], np.asarray(getattr(dense, f))[rows], rtol=1e-12, atol=1e-14, err_msg=f
+        )
     m = res.weights.shape[-1]
     np.testing.assert_allclose(res.weights[rows], dense.weights[rows, ..., :m], rtol=1e-12, atol=1e-14)
     assert float(jnp.max(jnp.abs(dense.weights[rows, ..., m:]), initial=0.0)) == 0.0
     # ops differ only by the dot products: cap on the truncated path, n on the dense one.
-    np.testing.assert_allclose(res.ops[rows] - d * res.dots[rows], dense.ops[rows] - d * dense.dots[rows],
-                               rtol=1e-15)
+    np.testing.assert_allclose(res.ops[rows] - d * res.dots[rows], dense.ops[rows] - d * dense.dots[rows], rtol=1e-15)
 
 
 def test_truncated_path_equals_dense_path():
@@ -370,8 +383,10 @@ def test_truncated_prediction_projects_only_the_cap_and_matches_dense():
     _assert_same_as_dense(auto, dense, 4)
     # Tokens beyond the cap are never read: changing them changes nothing (bit for bit).
     x2 = x.at[:, : 499 - cap].set(1e3)
-    np.testing.assert_array_equal(toy.predict_expanding_task("expanding", params, x2, max_window=cap)[0],
-                                  toy.predict_expanding_task("expanding", params, x, max_window=cap)[0])
+    np.testing.assert_array_equal(
+        toy.predict_expanding_task("expanding", params, x2, max_window=cap)[0],
+        toy.predict_expanding_task("expanding", params, x, max_window=cap)[0],
+    )
     # The self model reads every token.
     ys = toy.predict_expanding_task("self", params, x)[0]
     assert float(jnp.max(jnp.abs(toy.predict_expanding_task("self", params, x2)[0] - ys))) > 0
@@ -452,8 +467,9 @@ def test_toy_predictions_match_module_functions():
     # Permutation equivariance: reading out at x_2's shuffled position = putting x_2 first.
     perm = jnp.argsort(jnp.where(jnp.arange(5)[None, :] == pos[:, 2:3], -1, jnp.arange(5)[None, :]), axis=1)
     xf = jnp.take_along_axis(x, perm[:, :, None], axis=1)
-    np.testing.assert_allclose(toy.predict_multihop_task("multihop_code", params, xf, jnp.zeros(3, int)), yhat,
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        toy.predict_multihop_task("multihop_code", params, xf, jnp.zeros(3, int)), yhat, rtol=1e-12
+    )
 
 
 def test_single_head_family_matches_named_models():
@@ -463,8 +479,12 @@ def test_single_head_family_matches_named_models():
     x, _, pos = toy.sample_multihop(task, 5, 4, key=key)
     params = toy.init_toy("one_layer", 6, 4, key=key)
     for m, c in toy._HOP_COEFFS.items():
-        np.testing.assert_allclose(toy._predict_mh_coeffs(jnp.asarray(c), params, x, pos[:, 2]),
-                                   toy.predict_multihop_task(m, params, x, pos[:, 2]), rtol=1e-12, atol=1e-14)
+        np.testing.assert_allclose(
+            toy._predict_mh_coeffs(jnp.asarray(c), params, x, pos[:, 2]),
+            toy.predict_multihop_task(m, params, x, pos[:, 2]),
+            rtol=1e-12,
+            atol=1e-14,
+        )
 
 
 def test_same_key_same_result_and_validation():

@@ -16,16 +16,25 @@ from lse_energy.testing import assert_gradient
 
 def _prior(seed, K=3, d=2):
     rng = np.random.default_rng(seed)
-    return vae.MixturePrior(jnp.asarray(rng.normal(size=K)), jnp.asarray(rng.normal(scale=1.5, size=(K, d))),
-                            jnp.asarray(rng.normal(scale=0.3, size=(K, d))))
+    return vae.MixturePrior(
+        jnp.asarray(rng.normal(size=K)),
+        jnp.asarray(rng.normal(scale=1.5, size=(K, d))),
+        jnp.asarray(rng.normal(scale=0.3, size=(K, d))),
+    )
 
 
 def _mixture_logpdf(prior, z):
     pi = np.exp(np.asarray(prior.logits))
     pi = pi / pi.sum()
-    return np.log(sum(pi[k] * multivariate_normal(np.asarray(prior.means[k]),
-                                                  np.diag(np.exp(2 * np.asarray(prior.log_scales[k])))).pdf(z).reshape(-1)
-                      for k in range(pi.size)))
+    return np.log(
+        sum(
+            pi[k]
+            * multivariate_normal(np.asarray(prior.means[k]), np.diag(np.exp(2 * np.asarray(prior.log_scales[k]))))
+            .pdf(z)
+            .reshape(-1)
+            for k in range(pi.size)
+        )
+    )
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -87,11 +96,13 @@ def test_bounds_iwae_is_lse_minus_log_k_and_reduces_to_elbo():
     log_w = jnp.asarray(np.random.default_rng(2).normal(size=(7, 4)) * 3)
     assert np.allclose(vae.iwae_bound(log_w), logsumexp(np.asarray(log_w), axis=0) - np.log(7), rtol=1e-13)
     assert np.allclose(vae.iwae_bound(log_w[:1]), vae.elbo_bound(log_w[:1]), rtol=0, atol=1e-14)
-    assert np.all(vae.iwae_bound(log_w) >= vae.elbo_bound(log_w))     # Jensen, per draw of K samples
+    assert np.all(vae.iwae_bound(log_w) >= vae.elbo_bound(log_w))  # Jensen, per draw of K samples
     params = vae.init_params(4, 2, 6, key=jax.random.key(0))
     x = jnp.asarray(np.random.default_rng(3).random((3, 4)))
-    e, i = vae.elbo(params, x, key=jax.random.key(5), n_samples=8), vae.iwae(params, x, key=jax.random.key(5),
-                                                                                 n_samples=8)
+    e, i = (
+        vae.elbo(params, x, key=jax.random.key(5), n_samples=8),
+        vae.iwae(params, x, key=jax.random.key(5), n_samples=8),
+    )
     assert e.shape == i.shape == (3,) and np.all(i >= e)
 
 
@@ -117,8 +128,9 @@ def test_loss_is_reconstruction_plus_kl(n_components):
     if n_components is None:
         kl = np.mean(vae.gaussian_kl(mu, logvar))
     else:
-        ent = np.mean([multivariate_normal(np.asarray(mu[n]), np.diag(np.exp(np.asarray(logvar[n])))).entropy()
-                       for n in range(5)])
+        ent = np.mean(
+            [multivariate_normal(np.asarray(mu[n]), np.diag(np.exp(np.asarray(logvar[n])))).entropy() for n in range(5)]
+        )
         kl = -ent - np.mean(_mixture_logpdf(params.prior, np.asarray(z)))
     assert np.isclose(float(vae.loss(params, x, eps)), rec + kl, rtol=1e-12)
     assert np.isclose(float(vae.loss(params, x, eps, beta=0.5)), rec + 0.5 * kl, rtol=1e-12)
@@ -133,8 +145,11 @@ def test_linear_gaussian_closed_forms_match_scipy_and_bayes():
     m, C = vae.linear_gaussian_posterior(jnp.asarray(W), jnp.asarray(b), s, jnp.asarray(x))
     z = rng.normal(size=2)
     for n in range(3):  # Bayes: ln p(z|x) = ln p(x|z) + ln p(z) - ln p(x)
-        bayes = (multivariate_normal(W @ z + b, s**2 * np.eye(4)).logpdf(x[n])
-                 + multivariate_normal(np.zeros(2), np.eye(2)).logpdf(z) - lp[n])
+        bayes = (
+            multivariate_normal(W @ z + b, s**2 * np.eye(4)).logpdf(x[n])
+            + multivariate_normal(np.zeros(2), np.eye(2)).logpdf(z)
+            - lp[n]
+        )
         assert np.isclose(multivariate_normal(np.asarray(m[n]), np.asarray(C)).logpdf(z), bayes, rtol=1e-11)
 
 
@@ -163,11 +178,6 @@ def test_fit_float32_keeps_dtype():
     assert out.params.prior.means.dtype == jnp.float32
 
 
-def test_fit_raises_when_training_diverges():
-    x = _digits_like() * 50.0
-    params = vae.init_params(6, 2, 8, key=jax.random.key(0))
-
-
 @pytest.mark.parametrize("n_components", [None, 2])
 def test_iwae_loss_is_minus_scipy_logsumexp_of_the_log_weights(n_components):
     rng = np.random.default_rng(7)
@@ -187,8 +197,8 @@ def test_iwae_gradient_is_the_softmax_weighted_sample_gradient():
     x = jnp.asarray(rng.random((3, 4)))
     eps = jnp.asarray(rng.normal(size=(6, 3, 2)))
     g = jax.grad(vae.iwae_loss)(params, x, eps)
-    lw = np.asarray(vae.log_weights(params, x, eps))                 # (K, N)
-    w = np.exp(lw - logsumexp(lw, axis=0))                           # softmax over the samples
+    lw = np.asarray(vae.log_weights(params, x, eps))  # (K, N)
+    w = np.exp(lw - logsumexp(lw, axis=0))  # softmax over the samples
     jac = jax.jacobian(lambda p: vae.log_weights(p, x, eps))(params)  # leaves (K, N, ...)
     for gl, jl in zip(jax.tree.leaves(g), jax.tree.leaves(jac)):
         ref = -np.einsum("kn,kn...->...", w, np.asarray(jl)) / x.shape[0]

@@ -45,7 +45,8 @@ def _execute(cache_dir: str, pks: list[int]) -> list[str]:
     """Execute the project notebooks ``pks`` one after another into the cache; the URIs that failed."""
     cache = get_cache(cache_dir)
     result = load_executor("local-serial", cache=cache, logger=logging.getLogger("execute_book")).run_and_cache(
-        filter_pks=pks, timeout=CELL_TIMEOUT_S, allow_errors=False)
+        filter_pks=pks, timeout=CELL_TIMEOUT_S, allow_errors=False
+    )
     return result.excepted + result.errored
 
 
@@ -68,14 +69,17 @@ def main(argv: list[str]) -> int:
     for i in range(WORKERS):
         if i:
             time.sleep(STAGGER_S)
-        workers.append(subprocess.Popen([sys.executable, __file__, "--worker", str(path),
-                                         *map(str, shared[i::WORKERS])]))
+        workers.append(
+            subprocess.Popen([sys.executable, __file__, "--worker", str(path), *map(str, shared[i::WORKERS])])
+        )
     for w in workers:
         w.wait()
     _execute(str(path), [records[n].pk for n in records if n in ALONE])
     failed = [r.uri for r in cache.list_project_records() if r.traceback]
-    print(f"executed {len(notebooks)} notebooks in {time.perf_counter() - t0:.0f} s; "
-          f"{len(failed)} failed and will be executed again by the build")
+    print(
+        f"executed {len(notebooks)} notebooks in {time.perf_counter() - t0:.0f} s; "
+        f"{len(failed)} failed and will be executed again by the build"
+    )
     for uri in failed:
         print(f"\n{pathlib.Path(uri).name} failed:\n{cache.get_project_record(uri).traceback}", file=sys.stderr)
     return 0

@@ -47,14 +47,28 @@ PACKAGE = "lse_energy"
 # The chapter that derives each model module (as in lse_energy.registry; kept here so that
 # listing and checking the registry does not import JAX).
 CHAPTER = {
-    "core": "01_lse_energy", "gmm": "02_gmm", "slds": "03_slds",
-    "mixture_pc": "04_mixture_predictive_coding", "attention": "05_attention", "hopfield": "06_hopfield",
-    "slot_attention": "07_slot_attention", "structural": "08_structural_inference",
-    "multihop": "09_new_attention_designs", "expanding": "09_new_attention_designs", "rbm": "10_rbm",
-    "diffusion": "11_diffusion", "pcn": "12_predictive_coding_networks",
-    "anpc": "13_attention_normalised_pc", "gru": "15_gru", "autoencoder": "16_autoencoders",
-    "embedding": "17_embeddings", "vae": "18_vae", "adversarial": "19_adversarial",
-    "population": "20_population_coding", "lif": "20_population_coding", "gan": "21_gans",
+    "core": "01_lse_energy",
+    "gmm": "02_gmm",
+    "slds": "03_slds",
+    "mixture_pc": "04_mixture_predictive_coding",
+    "attention": "05_attention",
+    "hopfield": "06_hopfield",
+    "slot_attention": "07_slot_attention",
+    "structural": "08_structural_inference",
+    "multihop": "09_new_attention_designs",
+    "expanding": "09_new_attention_designs",
+    "rbm": "10_rbm",
+    "diffusion": "11_diffusion",
+    "pcn": "12_predictive_coding_networks",
+    "anpc": "13_attention_normalised_pc",
+    "gru": "15_gru",
+    "autoencoder": "16_autoencoders",
+    "embedding": "17_embeddings",
+    "vae": "18_vae",
+    "adversarial": "19_adversarial",
+    "population": "20_population_coding",
+    "lif": "20_population_coding",
+    "gan": "21_gans",
 }
 # The module's own tests (its test file, its chapter's propositions, and extra files that test it).
 TESTS = {
@@ -114,180 +128,461 @@ class Mutant(NamedTuple):
 M = Mutant
 MUTANTS: tuple[Mutant, ...] = (
     # core
-    M("core_energy_sign", "core", "    return -jnp.sum(_lse(sim, mask))", "    return jnp.sum(_lse(sim, mask))",
-      "energy = +sum LSE (sign flip; also the control that the copy is imported)"),
-    M("core_masked_shift_dropped", "core", "    return jnp.where(has, jnp.log(total) + m[..., 0], 0.0)",
-      "    return jnp.where(has, jnp.log(total), 0.0)",
-      "masked log-sum-exp forgets to add the row maximum back"),
-    M("core_graph_parent_dropped", "core", "    return -(parts.child + parts.parent)", "    return -parts.child",
-      "graph gradient drops the parent part of eq. (4)"),
-    M("core_underflow_guard_max", "core", "    return (e @ v) / jnp.where(ok, total, 1.0), jnp.min(total)",
-      "    return (e @ v) / jnp.where(ok, total, 1.0), jnp.max(total)",
-      "blocked softmax_average's underflow guard reads the largest row sum, not the smallest"),
+    M(
+        "core_energy_sign",
+        "core",
+        "    return -jnp.sum(_lse(sim, mask))",
+        "    return jnp.sum(_lse(sim, mask))",
+        "energy = +sum LSE (sign flip; also the control that the copy is imported)",
+    ),
+    M(
+        "core_masked_shift_dropped",
+        "core",
+        "    return jnp.where(has, jnp.log(total) + m[..., 0], 0.0)",
+        "    return jnp.where(has, jnp.log(total), 0.0)",
+        "masked log-sum-exp forgets to add the row maximum back",
+    ),
+    M(
+        "core_graph_parent_dropped",
+        "core",
+        "    return -(parts.child + parts.parent)",
+        "    return -parts.child",
+        "graph gradient drops the parent part of eq. (4)",
+    ),
+    M(
+        "core_underflow_guard_max",
+        "core",
+        "    return (e @ v) / jnp.where(ok, total, 1.0), jnp.min(total)",
+        "    return (e @ v) / jnp.where(ok, total, 1.0), jnp.max(total)",
+        "blocked softmax_average's underflow guard reads the largest row sum, not the smallest",
+    ),
     # gmm
-    M("gmm_logdet_dropped", "gmm", "        s = s - 0.5 * (d * math.log(2.0 * math.pi) + logdet)[None, :]",
-      "        s = s - 0.5 * (d * math.log(2.0 * math.pi) + 0.0 * logdet)[None, :]",
-      "normalised sim drops ln|Sigma_k| (dropped normaliser)"),
-    M("gmm_mstep_cov_sign", "gmm", "    cov = second - mu[:, :, None] * mu[:, None, :]",
-      "    cov = second + mu[:, :, None] * mu[:, None, :]", "M-step covariance E[xx'] + mu mu' (sign flip)"),
-    M("gmm_tail_chunk_off_by_one", "gmm",
-      "_chunk_stats(A, x[n_full * chunk:], shift, None if valid is None else valid[n_full * chunk:])",
-      "_chunk_stats(A, x[n_full * chunk + 1:], shift, None if valid is None else valid[n_full * chunk + 1:])",
-      "E-step skips the first row of the last, partial chunk (off-by-one in the scan)"),
-    M("gmm_grad_means_sign", "gmm", '    return -jnp.einsum("ik,kid->kd", r, u)',
-      '    return jnp.einsum("ik,kid->kd", r, u)', "dE/dmu sign flip"),
+    M(
+        "gmm_logdet_dropped",
+        "gmm",
+        "        s = s - 0.5 * (d * math.log(2.0 * math.pi) + logdet)[None, :]",
+        "        s = s - 0.5 * (d * math.log(2.0 * math.pi) + 0.0 * logdet)[None, :]",
+        "normalised sim drops ln|Sigma_k| (dropped normaliser)",
+    ),
+    M(
+        "gmm_mstep_cov_sign",
+        "gmm",
+        "    cov = second - mu[:, :, None] * mu[:, None, :]",
+        "    cov = second + mu[:, :, None] * mu[:, None, :]",
+        "M-step covariance E[xx'] + mu mu' (sign flip)",
+    ),
+    M(
+        "gmm_tail_chunk_off_by_one",
+        "gmm",
+        "_chunk_stats(A, x[n_full * chunk :], shift, None if valid is None else valid[n_full * chunk :])",
+        "_chunk_stats(A, x[n_full * chunk + 1 :], shift, None if valid is None else valid[n_full * chunk + 1 :])",
+        "E-step skips the first row of the last, partial chunk (off-by-one in the scan)",
+    ),
+    M(
+        "gmm_grad_means_sign",
+        "gmm",
+        '    return -jnp.einsum("ik,kid->kd", r, u)',
+        '    return jnp.einsum("ik,kid->kd", r, u)',
+        "dE/dmu sign flip",
+    ),
     # slds
-    M("slds_grad_prev_untransposed", "slds", '    return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)',
-      '    return -jnp.einsum("tk,kij,tkj->ti", alpha, params.A, u)', "parent gradient uses A_k instead of A_k^T"),
-    M("slds_sample_transposed", "slds", "        nxt = params.A[k] @ xt + params.b[k] + e",
-      "        nxt = params.A[k].T @ xt + params.b[k] + e", "sampler steps with A_k^T (transposed weight)"),
-    M("slds_logdet_dropped", "slds", "        s = s - 0.5 * (d * jnp.log(2.0 * jnp.pi) + logdet)[None, :]",
-      "        s = s - 0.5 * (d * jnp.log(2.0 * jnp.pi) + 0.0 * logdet)[None, :]",
-      "normalised sim drops ln|Sigma_k| (dropped normaliser)"),
+    M(
+        "slds_grad_prev_untransposed",
+        "slds",
+        '    return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)',
+        '    return -jnp.einsum("tk,kij,tkj->ti", alpha, params.A, u)',
+        "parent gradient uses A_k instead of A_k^T",
+    ),
+    M(
+        "slds_sample_transposed",
+        "slds",
+        "        nxt = params.A[k] @ xt + params.b[k] + e",
+        "        nxt = params.A[k].T @ xt + params.b[k] + e",
+        "sampler steps with A_k^T (transposed weight)",
+    ),
+    M(
+        "slds_logdet_dropped",
+        "slds",
+        "        s = s - 0.5 * (d * jnp.log(2.0 * jnp.pi) + logdet)[None, :]",
+        "        s = s - 0.5 * (d * jnp.log(2.0 * jnp.pi) + 0.0 * logdet)[None, :]",
+        "normalised sim drops ln|Sigma_k| (dropped normaliser)",
+    ),
     # mixture_pc
-    M("mpc_infer_sign", "mixture_pc", "        mu = mu - eta * _grad_mu(params, x, mu)",
-      "        mu = mu + eta * _grad_mu(params, x, mu)", "inference ascends the energy (sign flip in the update)"),
-    M("mpc_lipschitz_square", "mixture_pc", "    return jnp.sum(n1**2 * n2**2 + _TANH2_MAX * n1**2 * n2 * emax)",
-      "    return jnp.sum(n1**2 * n2**2 + _TANH2_MAX * n1 * n2 * emax)",
-      "Lipschitz bound's curvature term has |W1| instead of |W1|^2"),
+    M(
+        "mpc_infer_sign",
+        "mixture_pc",
+        "        mu = mu - eta * _grad_mu(params, x, mu)",
+        "        mu = mu + eta * _grad_mu(params, x, mu)",
+        "inference ascends the energy (sign flip in the update)",
+    ),
+    M(
+        "mpc_lipschitz_square",
+        "mixture_pc",
+        "    return jnp.sum(n1**2 * n2**2 + _TANH2_MAX * n1**2 * n2 * emax)",
+        "    return jnp.sum(n1**2 * n2**2 + _TANH2_MAX * n1 * n2 * emax)",
+        "Lipschitz bound's curvature term has |W1| instead of |W1|^2",
+    ),
     # attention
-    M("attn_parent_wrong_weight", "attention", '    parent = beta * jnp.einsum("...ci,...ck->...ik", w, q) @ wk',
-      '    parent = beta * jnp.einsum("...ci,...ck->...ik", w, q) @ wq',
-      "self-attention parent gradient multiplies by W^Q instead of W^K"),
-    M("attn_causal_off_by_one", "attention",
-      "    return jnp.arange(m)[None, :] <= (jnp.arange(n)[:, None] + (m - n))",
-      "    return jnp.arange(m)[None, :] < (jnp.arange(n)[:, None] + (m - n))",
-      "causal mask excludes the diagonal (off-by-one)"),
-    M("attn_default_temperature", "attention",
-      "similarity matrix.\n    beta = _validate.default_beta(beta, q.shape[-1])",
-      "similarity matrix.\n    beta = _validate.default_beta(beta, k.shape[-2])",
-      "attend's default beta is 1/sqrt(N_K) instead of 1/sqrt(d) (wrong temperature)"),
+    M(
+        "attn_parent_wrong_weight",
+        "attention",
+        '    parent = beta * jnp.einsum("...ci,...ck->...ik", w, q) @ wk',
+        '    parent = beta * jnp.einsum("...ci,...ck->...ik", w, q) @ wq',
+        "self-attention parent gradient multiplies by W^Q instead of W^K",
+    ),
+    M(
+        "attn_causal_off_by_one",
+        "attention",
+        "    return jnp.arange(m)[None, :] <= (jnp.arange(n)[:, None] + (m - n))",
+        "    return jnp.arange(m)[None, :] < (jnp.arange(n)[:, None] + (m - n))",
+        "causal mask excludes the diagonal (off-by-one)",
+    ),
+    M(
+        "attn_default_temperature",
+        "attention",
+        "similarity matrix.\n    beta = _validate.default_beta(beta, q.shape[-1])",
+        "similarity matrix.\n    beta = _validate.default_beta(beta, k.shape[-2])",
+        "attend's default beta is 1/sqrt(N_K) instead of 1/sqrt(d) (wrong temperature)",
+    ),
     # hopfield
-    M("hop_update_temperature", "hopfield", "    return core.softmax_average(queries, memories, memories, beta)",
-      "    return core.softmax_average(queries, memories, memories, 1.0)",
-      "retrieval update ignores beta (wrong temperature)"),
-    M("hop_classical_diagonal", "hopfield", "    return w * (1.0 - jnp.eye(d, dtype=w.dtype))", "    return w",
-      "classical Hebbian store keeps the self-connections"),
-    M("hop_energy_unscaled", "hopfield", "    return core.energy(_sim(memories, queries, beta)) / beta",
-      "    return core.energy(_sim(memories, queries, beta))", "energy not divided by beta (wrong temperature)"),
+    M(
+        "hop_update_temperature",
+        "hopfield",
+        "    return core.softmax_average(queries, memories, memories, beta)",
+        "    return core.softmax_average(queries, memories, memories, 1.0)",
+        "retrieval update ignores beta (wrong temperature)",
+    ),
+    M(
+        "hop_classical_diagonal",
+        "hopfield",
+        "    return w * (1.0 - jnp.eye(d, dtype=w.dtype))",
+        "    return w",
+        "classical Hebbian store keeps the self-connections",
+    ),
+    M(
+        "hop_energy_unscaled",
+        "hopfield",
+        "    return core.energy(_sim(memories, queries, beta)) / beta",
+        "    return core.energy(_sim(memories, queries, beta))",
+        "energy not divided by beta (wrong temperature)",
+    ),
     # slot_attention
-    M("slot_gd_prior_dropped", "slot_attention", "            new = m - step * (lam * m + _grad_mu(params, x, m))",
-      "            new = m - step * _grad_mu(params, x, m)", "gradient E-step drops the lam*mu prior term"),
-    M("slot_cccp_lam_dropped", "slot_attention", "            new = -_grad_mu(params, x, m) / lam",
-      "            new = -_grad_mu(params, x, m)", "jitted CCCP E-step forgets the 1/lam"),
-    M("slot_grad_w_q_sign", "slot_attention", "    return -params.w_k @ (x.T @ a @ mu)",
-      "    return params.w_k @ (x.T @ a @ mu)", "dE/dW_Q sign flip"),
+    M(
+        "slot_gd_prior_dropped",
+        "slot_attention",
+        "            new = m - step * (lam * m + _grad_mu(params, x, m))",
+        "            new = m - step * _grad_mu(params, x, m)",
+        "gradient E-step drops the lam*mu prior term",
+    ),
+    M(
+        "slot_cccp_lam_dropped",
+        "slot_attention",
+        "            new = -_grad_mu(params, x, m) / lam",
+        "            new = -_grad_mu(params, x, m)",
+        "jitted CCCP E-step forgets the 1/lam",
+    ),
+    M(
+        "slot_grad_w_q_sign",
+        "slot_attention",
+        "    return -params.w_k @ (x.T @ a @ mu)",
+        "    return params.w_k @ (x.T @ a @ mu)",
+        "dE/dW_Q sign flip",
+    ),
     # structural
-    M("struct_wrong_axis", "structural",
-      '    a = core.weights(s) if prior == "hopfield" else core.weights(s.T).T',
-      '    a = core.weights(s.T).T if prior == "hopfield" else core.weights(s)',
-      "CCCP normalises over the wrong axis for each prior"),
-    M("struct_prior_dropped", "structural", "    return 0.5 * jnp.sum(mu**2) + lse", "    return lse",
-      "structural free energy drops the 1/2|mu|^2 term"),
+    M(
+        "struct_wrong_axis",
+        "structural",
+        '    a = core.weights(s) if prior == "hopfield" else core.weights(s.T).T',
+        '    a = core.weights(s.T).T if prior == "hopfield" else core.weights(s)',
+        "CCCP normalises over the wrong axis for each prior",
+    ),
+    M(
+        "struct_prior_dropped",
+        "structural",
+        "    return 0.5 * jnp.sum(mu**2) + lse",
+        "    return lse",
+        "structural free energy drops the 1/2|mu|^2 term",
+    ),
     # multihop
-    M("multihop_normaliser", "multihop", "    return (eye + p + p2) / 3.0", "    return (eye + p + p2) / 2.0",
-      "(I + P + P^2) normalised by 2 instead of 3"),
-    M("multihop_grad_untransposed", "multihop", "    D = c * (G + G @ pt + pt @ G)", "    D = c * (G + G @ p + pt @ G)",
-      "logit gradient uses P instead of P^T in one term"),
+    M(
+        "multihop_normaliser",
+        "multihop",
+        "    return (eye + p + p2) / 3.0",
+        "    return (eye + p + p2) / 2.0",
+        "(I + P + P^2) normalised by 2 instead of 3",
+    ),
+    M(
+        "multihop_grad_untransposed",
+        "multihop",
+        "    D = c * (G + G @ pt + pt @ G)",
+        "    D = c * (G + G @ p + pt @ G)",
+        "logit gradient uses P instead of P^T in one term",
+    ),
     # expanding
-    M("exp_grad_q_sign", "expanding", "    return -(1.0 / q - m / (1.0 - q))", "    return -(1.0 / q + m / (1.0 - q))",
-      "dE/dq sign flip on the geometric term"),
-    M("exp_prior_off_by_one", "expanding", "    i = jnp.arange(n, dtype=q.dtype)",
-      "    i = jnp.arange(1, n + 1, dtype=q.dtype)", "geometric log-prior counts distances from 1 (off-by-one)"),
-    M("exp_window_short", "expanding", "    return jnp.maximum(h, 1.0).astype(jnp.int32)",
-      "    return jnp.maximum(h - 1.0, 1.0).astype(jnp.int32)", "window one position short"),
+    M(
+        "exp_grad_q_sign",
+        "expanding",
+        "    return -(1.0 / q - m / (1.0 - q))",
+        "    return -(1.0 / q + m / (1.0 - q))",
+        "dE/dq sign flip on the geometric term",
+    ),
+    M(
+        "exp_prior_off_by_one",
+        "expanding",
+        "    i = jnp.arange(n, dtype=q.dtype)",
+        "    i = jnp.arange(1, n + 1, dtype=q.dtype)",
+        "geometric log-prior counts distances from 1 (off-by-one)",
+    ),
+    M(
+        "exp_window_short",
+        "expanding",
+        "    return jnp.maximum(h, 1.0).astype(jnp.int32)",
+        "    return jnp.maximum(h - 1.0, 1.0).astype(jnp.int32)",
+        "window one position short",
+    ),
     # rbm
-    M("rbm_gibbs_visible_bias", "rbm", "    pv = jax.nn.sigmoid(h @ W.T + b)", "    pv = jax.nn.sigmoid(h @ W.T)",
-      "Gibbs step drops the visible bias"),
-    M("rbm_ll_grad_bias_sign", "rbm", "    model = Params(W=-(states.T * q) @ p, b=-(q @ states), c=-(q @ p))",
-      "    model = Params(W=-(states.T * q) @ p, b=(q @ states), c=-(q @ p))",
-      "exact log-likelihood gradient: model term of b with the sign flipped"),
-    M("rbm_free_energy_bias", "rbm",
-      "    return -(v @ b) - jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)",
-      "    return -jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)", "free energy drops -b.v"),
+    M(
+        "rbm_gibbs_visible_bias",
+        "rbm",
+        "    pv = jax.nn.sigmoid(h @ W.T + b)",
+        "    pv = jax.nn.sigmoid(h @ W.T)",
+        "Gibbs step drops the visible bias",
+    ),
+    M(
+        "rbm_ll_grad_bias_sign",
+        "rbm",
+        "    model = Params(W=-(states.T * q) @ p, b=-(q @ states), c=-(q @ p))",
+        "    model = Params(W=-(states.T * q) @ p, b=(q @ states), c=-(q @ p))",
+        "exact log-likelihood gradient: model term of b with the sign flipped",
+    ),
+    M(
+        "rbm_free_energy_bias",
+        "rbm",
+        "    return -(v @ b) - jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)",
+        "    return -jnp.sum(core.logsumexp(_hidden_sim(W, c, v)), axis=-1)",
+        "free energy drops -b.v",
+    ),
     # diffusion
-    M("diff_last_step_noise", "diffusion", "        z = jnp.where(t > 1, core.random_normal(k, shape, dtype), 0.0)",
-      "        z = jnp.where(t > 0, core.random_normal(k, shape, dtype), 0.0)",
-      "sampler adds noise at the last step too (off-by-one)"),
-    M("diff_kl_weight_alpha", "diffusion", "    return beta**2 / (2.0 * sigma2 * alpha * (1.0 - ab))",
-      "    return beta**2 / (2.0 * sigma2 * (1.0 - ab))", "KL weight drops alpha_t"),
-    M("diff_reverse_coef", "diffusion", "    coef = beta / jnp.sqrt(1.0 - ab)", "    coef = beta / (1.0 - ab)",
-      "reverse mean's eps coefficient without the square root"),
+    M(
+        "diff_last_step_noise",
+        "diffusion",
+        "        z = jnp.where(t > 1, core.random_normal(k, shape, dtype), 0.0)",
+        "        z = jnp.where(t > 0, core.random_normal(k, shape, dtype), 0.0)",
+        "sampler adds noise at the last step too (off-by-one)",
+    ),
+    M(
+        "diff_kl_weight_alpha",
+        "diffusion",
+        "    return beta**2 / (2.0 * sigma2 * alpha * (1.0 - ab))",
+        "    return beta**2 / (2.0 * sigma2 * (1.0 - ab))",
+        "KL weight drops alpha_t",
+    ),
+    M(
+        "diff_reverse_coef",
+        "diffusion",
+        "    coef = beta / jnp.sqrt(1.0 - ab)",
+        "    coef = beta / (1.0 - ab)",
+        "reverse mean's eps coefficient without the square root",
+    ),
     # pcn
-    M("pcn_tanh_derivative_dropped", "pcn", "            g = g - (1.0 - jnp.tanh(xs[l]) ** 2) * (eps[l + 1] @ W)",
-      "            g = g - eps[l + 1] @ W", "feedback error misses f'(x) = 1 - tanh^2"),
-    M("pcn_weight_grad_untransformed", "pcn",
-      '-jnp.einsum(f"{batch}i,{batch}j->ij", eps[l + 1], jnp.tanh(xs[l]))',
-      '-jnp.einsum(f"{batch}i,{batch}j->ij", eps[l + 1], xs[l])', "dE/dW uses x instead of f(x)"),
-    M("pcn_root_precision", "pcn", "    first = prec[0] * (xs[0] - params.prior_mean)",
-      "    first = xs[0] - params.prior_mean", "root error ignores its precision"),
+    M(
+        "pcn_tanh_derivative_dropped",
+        "pcn",
+        "            g = g - (1.0 - jnp.tanh(xs[l]) ** 2) * (eps[l + 1] @ W)",
+        "            g = g - eps[l + 1] @ W",
+        "feedback error misses f'(x) = 1 - tanh^2",
+    ),
+    M(
+        "pcn_weight_grad_untransformed",
+        "pcn",
+        '-jnp.einsum(f"{batch}i,{batch}j->ij", eps[l + 1], jnp.tanh(xs[l]))',
+        '-jnp.einsum(f"{batch}i,{batch}j->ij", eps[l + 1], xs[l])',
+        "dE/dW uses x instead of f(x)",
+    ),
+    M(
+        "pcn_root_precision",
+        "pcn",
+        "    first = prec[0] * (xs[0] - params.prior_mean)",
+        "    first = xs[0] - params.prior_mean",
+        "root error ignores its precision",
+    ),
     # anpc
-    M("anpc_attention_dropped", "anpc", "    return _grad_from(params, x, alpha * k * e, activation)",
-      "    return _grad_from(params, x, k * e, activation)", "normalised gradient drops the attention weights"),
-    M("anpc_feedback_axis", "anpc", "    fed_back = jnp.sum(r * params.weights, axis=-2)",
-      "    fed_back = jnp.sum(r * params.weights, axis=-1)", "feedback summed over the wrong axis (transposed)"),
+    M(
+        "anpc_attention_dropped",
+        "anpc",
+        "    return _grad_from(params, x, alpha * k * e, activation)",
+        "    return _grad_from(params, x, k * e, activation)",
+        "normalised gradient drops the attention weights",
+    ),
+    M(
+        "anpc_feedback_axis",
+        "anpc",
+        "    fed_back = jnp.sum(r * params.weights, axis=-2)",
+        "    fed_back = jnp.sum(r * params.weights, axis=-1)",
+        "feedback summed over the wrong axis (transposed)",
+    ),
     # gru
-    M("gru_combine_order", "gru", "    return a1 * a2, a2 * b1 + b2", "    return a1 * a2, a1 * b2 + b1",
-      "scan's combine applies the elements in the wrong order"),
-    M("gru_log_combine", "gru", "    return a1 + a2, jnp.logaddexp(b1 + a2, b2)",
-      "    return a1 + a2, jnp.logaddexp(b1 + a1, b2)", "log-space combine carries the wrong gate"),
-    M("gru_reset_gate_dropped", "gru", "    cand = jnp.tanh((h * r) @ p.W + x @ p.U + p.b)",
-      "    cand = jnp.tanh(h @ p.W + x @ p.U + p.b)", "GRU candidate ignores the reset gate"),
-    M("gru_grad_scan_off_by_one", "gru", "    before = jnp.where(allowed, jnp.cumsum(w, axis=1) - w, 0)",
-      "    before = jnp.where(allowed, jnp.cumsum(w, axis=1), 0)",
-      "hand gradient of the log scan sums k <= j instead of k < j (off-by-one)"),
+    M(
+        "gru_combine_order",
+        "gru",
+        "    return a1 * a2, a2 * b1 + b2",
+        "    return a1 * a2, a1 * b2 + b1",
+        "scan's combine applies the elements in the wrong order",
+    ),
+    M(
+        "gru_log_combine",
+        "gru",
+        "    return a1 + a2, jnp.logaddexp(b1 + a2, b2)",
+        "    return a1 + a2, jnp.logaddexp(b1 + a1, b2)",
+        "log-space combine carries the wrong gate",
+    ),
+    M(
+        "gru_reset_gate_dropped",
+        "gru",
+        "    cand = jnp.tanh((h * r) @ p.W + x @ p.U + p.b)",
+        "    cand = jnp.tanh(h @ p.W + x @ p.U + p.b)",
+        "GRU candidate ignores the reset gate",
+    ),
+    M(
+        "gru_grad_scan_off_by_one",
+        "gru",
+        "    before = jnp.where(allowed, jnp.cumsum(w, axis=1) - w, 0)",
+        "    before = jnp.where(allowed, jnp.cumsum(w, axis=1), 0)",
+        "hand gradient of the log scan sums k <= j instead of k < j (off-by-one)",
+    ),
     # autoencoder
-    M("ae_encoder_path_dropped", "autoencoder", "    return Params(gw_enc + gw_dec, gb, gc)",
-      "    return Params(gw_dec, gb, gc)", "tied-weight gradient drops the encoder path"),
-    M("ae_linear_grad_symmetrised", "autoencoder", "    return -W @ (cov @ E + E @ cov)",
-      "    return -2.0 * W @ cov @ E", "linear-AE gradient assumes C and E commute"),
+    M(
+        "ae_encoder_path_dropped",
+        "autoencoder",
+        "    return Params(gw_enc + gw_dec, gb, gc)",
+        "    return Params(gw_dec, gb, gc)",
+        "tied-weight gradient drops the encoder path",
+    ),
+    M(
+        "ae_linear_grad_symmetrised",
+        "autoencoder",
+        "    return -W @ (cov @ E + E @ cov)",
+        "    return -2.0 * W @ cov @ E",
+        "linear-AE gradient assumes C and E commute",
+    ),
     # embedding
-    M("emb_ns_sign", "embedding", "    return -counts * jax.nn.sigmoid(-S) + k *",
-      "    return -counts * jax.nn.sigmoid(S) + k *", "negative-sampling positive term with sigma(S)"),
-    M("emb_pmi_total", "embedding",
-      "    return (jnp.log(counts) + jnp.log(total) - jnp.log(counts.sum(axis=1, keepdims=True))",
-      "    return (jnp.log(counts) - jnp.log(counts.sum(axis=1, keepdims=True))",
-      "PMI drops ln(total) (dropped normaliser)"),
-    M("emb_window_off_by_one", "embedding", "    for j in range(1, min(window, T - 1) + 1):",
-      "    for j in range(1, min(window, T - 1)):", "skip-gram window one short"),
+    M(
+        "emb_ns_sign",
+        "embedding",
+        "    return -counts * jax.nn.sigmoid(-S) + k *",
+        "    return -counts * jax.nn.sigmoid(S) + k *",
+        "negative-sampling positive term with sigma(S)",
+    ),
+    M(
+        "emb_pmi_total",
+        "embedding",
+        "        + jnp.log(total)\n        - jnp.log(counts.sum(axis=1, keepdims=True))",
+        "        - jnp.log(counts.sum(axis=1, keepdims=True))",
+        "PMI drops ln(total) (dropped normaliser)",
+    ),
+    M(
+        "emb_window_off_by_one",
+        "embedding",
+        "    for j in range(1, min(window, T - 1) + 1):",
+        "    for j in range(1, min(window, T - 1)):",
+        "skip-gram window one short",
+    ),
     # vae
-    M("vae_kl_mean_dropped", "vae",
-      "        kl = jnp.mean(0.5 * jnp.sum(jnp.exp(logvar) + mu**2 - logvar - 1.0, axis=-1))",
-      "        kl = jnp.mean(0.5 * jnp.sum(jnp.exp(logvar) - logvar - 1.0, axis=-1))",
-      "training KL drops the mu^2 term"),
-    M("vae_log_q_logvar", "vae",
-      "# (S, N, d_z)\n    log_q = -0.5 * jnp.sum(eps**2 + logvar + _LOG_2PI, axis=-1)",
-      "# (S, N, d_z)\n    log_q = -0.5 * jnp.sum(eps**2 + _LOG_2PI, axis=-1)",
-      "ln q(z|x) in log_weights drops ln sigma^2 (dropped normaliser)"),
-    M("vae_iwae_log_k", "vae", "    return core.logsumexp(moved[..., None, :])[..., 0] - math.log(log_w.shape[0])",
-      "    return core.logsumexp(moved[..., None, :])[..., 0]", "IWAE bound drops -ln K"),
-    M("vae_prior_scale_logdet", "vae",
-      "    return (log_pi - 0.5 * jnp.sum(r**2, axis=-1) - jnp.sum(prior.log_scales, axis=-1)",
-      "    return (log_pi - 0.5 * jnp.sum(r**2, axis=-1)", "mixture prior drops its log-scale normaliser"),
+    M(
+        "vae_kl_mean_dropped",
+        "vae",
+        "        kl = jnp.mean(0.5 * jnp.sum(jnp.exp(logvar) + mu**2 - logvar - 1.0, axis=-1))",
+        "        kl = jnp.mean(0.5 * jnp.sum(jnp.exp(logvar) - logvar - 1.0, axis=-1))",
+        "training KL drops the mu^2 term",
+    ),
+    M(
+        "vae_log_q_logvar",
+        "vae",
+        "# (S, N, d_z)\n    log_q = -0.5 * jnp.sum(eps**2 + logvar + _LOG_2PI, axis=-1)",
+        "# (S, N, d_z)\n    log_q = -0.5 * jnp.sum(eps**2 + _LOG_2PI, axis=-1)",
+        "ln q(z|x) in log_weights drops ln sigma^2 (dropped normaliser)",
+    ),
+    M(
+        "vae_iwae_log_k",
+        "vae",
+        "    return core.logsumexp(moved[..., None, :])[..., 0] - math.log(log_w.shape[0])",
+        "    return core.logsumexp(moved[..., None, :])[..., 0]",
+        "IWAE bound drops -ln K",
+    ),
+    M(
+        "vae_prior_scale_logdet",
+        "vae",
+        "    return log_pi - 0.5 * jnp.sum(r**2, axis=-1) - jnp.sum(prior.log_scales, axis=-1)",
+        "    return log_pi - 0.5 * jnp.sum(r**2, axis=-1)",
+        "mixture prior drops its log-scale normaliser",
+    ),
     # adversarial
-    M("adv_fgsm_targeted", "adversarial", "        direction = -direction", "        direction = direction",
-      "targeted FGSM steps away from the target"),
-    M("adv_jacobian_derivative", "adversarial",
-      '    return jnp.einsum("dh,nh,hk->nkd", p.W1, 1.0 - h**2, p.W2)',
-      '    return jnp.einsum("dh,nh,hk->nkd", p.W1, 1.0 - h, p.W2)', "logit Jacobian with 1 - h for tanh'"),
+    M(
+        "adv_fgsm_targeted",
+        "adversarial",
+        "        direction = -direction",
+        "        direction = direction",
+        "targeted FGSM steps away from the target",
+    ),
+    M(
+        "adv_jacobian_derivative",
+        "adversarial",
+        '    return jnp.einsum("dh,nh,hk->nkd", p.W1, 1.0 - h**2, p.W2)',
+        '    return jnp.einsum("dh,nh,hk->nkd", p.W1, 1.0 - h, p.W2)',
+        "logit Jacobian with 1 - h for tanh'",
+    ),
     # population
-    M("pop_poisson_normaliser", "population", "    return n.astype(f.dtype) @ jnp.log(f).T - jnp.sum(f, axis=1)",
-      "    return n.astype(f.dtype) @ jnp.log(f).T", "Poisson log-likelihood drops -sum f (dropped normaliser)"),
-    M("pop_ridge_m", "population", "    gram = h.T @ h + (m * sigma**2) * jnp.eye(n, dtype=h.dtype)",
-      "    gram = h.T @ h + (sigma**2) * jnp.eye(n, dtype=h.dtype)", "ridge decoders drop the m in m sigma^2"),
-    M("pop_a_prime_transposed", "population", "    return tau * a + jnp.eye(a.shape[0], dtype=a.dtype), tau * b",
-      "    return tau * a.T + jnp.eye(a.shape[0], dtype=a.dtype), tau * b", "A' = tau A^T + I (transposed)"),
+    M(
+        "pop_poisson_normaliser",
+        "population",
+        "    return n.astype(f.dtype) @ jnp.log(f).T - jnp.sum(f, axis=1)",
+        "    return n.astype(f.dtype) @ jnp.log(f).T",
+        "Poisson log-likelihood drops -sum f (dropped normaliser)",
+    ),
+    M(
+        "pop_ridge_m",
+        "population",
+        "    gram = h.T @ h + (m * sigma**2) * jnp.eye(n, dtype=h.dtype)",
+        "    gram = h.T @ h + (sigma**2) * jnp.eye(n, dtype=h.dtype)",
+        "ridge decoders drop the m in m sigma^2",
+    ),
+    M(
+        "pop_a_prime_transposed",
+        "population",
+        "    return tau * a + jnp.eye(a.shape[0], dtype=a.dtype), tau * b",
+        "    return tau * a.T + jnp.eye(a.shape[0], dtype=a.dtype), tau * b",
+        "A' = tau A^T + I (transposed)",
+    ),
     # lif
-    M("lif_refractory_off_by_one", "lif", "        ref = jnp.where(spike, n_ref, jnp.where(resting, ref - 1, 0))",
-      "        ref = jnp.where(spike, n_ref + 1, jnp.where(resting, ref - 1, 0))",
-      "simulated refractory period one step long"),
-    M("lif_rate_tau_ref", "lif", "    r = 1.0 / (tau_ref - tau_rc * jnp.log1p(-threshold / j_safe))",
-      "    r = 1.0 / (-tau_rc * jnp.log1p(-threshold / j_safe))", "rate curve drops the refractory period"),
+    M(
+        "lif_refractory_off_by_one",
+        "lif",
+        "        ref = jnp.where(spike, n_ref, jnp.where(resting, ref - 1, 0))",
+        "        ref = jnp.where(spike, n_ref + 1, jnp.where(resting, ref - 1, 0))",
+        "simulated refractory period one step long",
+    ),
+    M(
+        "lif_rate_tau_ref",
+        "lif",
+        "    r = 1.0 / (tau_ref - tau_rc * jnp.log1p(-threshold / j_safe))",
+        "    r = 1.0 / (-tau_rc * jnp.log1p(-threshold / j_safe))",
+        "rate curve drops the refractory period",
+    ),
     # gan
-    M("gan_energy_sign", "gan", "    s = jnp.concatenate([-a_real, a_fake])", "    s = jnp.concatenate([a_real, a_fake])",
-      "discriminator energy with the real logits' sign flipped"),
-    M("gan_minimax_sign", "gan", "    return -jnp.mean(_softplus(a))", "    return jnp.mean(_softplus(a))",
-      "minimax generator loss sign flip"),
+    M(
+        "gan_energy_sign",
+        "gan",
+        "    s = jnp.concatenate([-a_real, a_fake])",
+        "    s = jnp.concatenate([a_real, a_fake])",
+        "discriminator energy with the real logits' sign flipped",
+    ),
+    M(
+        "gan_minimax_sign",
+        "gan",
+        "    return -jnp.mean(_softplus(a))",
+        "    return jnp.mean(_softplus(a))",
+        "minimax generator loss sign flip",
+    ),
 )
 
 
@@ -313,7 +608,7 @@ def select(names) -> list[Mutant]:
         raise SystemExit(f"unknown mutant or module: {', '.join(unknown)} (see --list)")
     chosen = []
     for n in names:
-        for m in ([table[n]] if n in table else [m for m in MUTANTS if m.module == n]):
+        for m in [table[n]] if n in table else [m for m in MUTANTS if m.module == n]:
             if m not in chosen:
                 chosen.append(m)
     return chosen
@@ -321,8 +616,20 @@ def select(names) -> list[Mutant]:
 
 # --- the scratch copy ------------------------------------------------------------------------
 
-_IGNORE = shutil.ignore_patterns(".git", ".venv", ".nox", "_build", ".hypothesis", "__pycache__", "*.pyc",
-                                 ".ipynb_checkpoints", "*.egg-info", ".pytest_cache", ".ci-venv", "venv")
+_IGNORE = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    ".nox",
+    "_build",
+    ".hypothesis",
+    "__pycache__",
+    "*.pyc",
+    ".ipynb_checkpoints",
+    "*.egg-info",
+    ".pytest_cache",
+    ".ci-venv",
+    "venv",
+)
 
 
 def make_scratch(root: Path = ROOT, where: str | None = None, head: bool = False) -> Path:
@@ -351,8 +658,14 @@ def scratch_env(scratch: Path) -> dict[str, str]:
 
 def imported_from(scratch: Path, env: dict[str, str]) -> Path:
     """Where ``import lse_energy`` resolves when started the way the runs start."""
-    out = subprocess.run([sys.executable, "-c", "import lse_energy; print(lse_energy.__file__)"], cwd=scratch,
-                         env=env, capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import lse_energy; print(lse_energy.__file__)"],
+        cwd=scratch,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     return Path(out.stdout.strip()).resolve()
 
 
@@ -412,8 +725,9 @@ class Outcome(NamedTuple):
 STAGES = ("tests", "kills", "generic", "notebook")
 
 
-def run_mutant(scratch: Path, env: dict[str, str], mutant: Mutant, *, stages=STAGES, timeout: float,
-               log=print) -> Outcome:
+def run_mutant(
+    scratch: Path, env: dict[str, str], mutant: Mutant, *, stages=STAGES, timeout: float, log=print
+) -> Outcome:
     """Run the stages in order until one fails (the mutant is killed) or all pass (it survived)."""
     t0 = time.perf_counter()
     args_of = {
@@ -430,8 +744,7 @@ def run_mutant(scratch: Path, env: dict[str, str], mutant: Mutant, *, stages=STA
             if status == "fail":
                 return Outcome(mutant.name, detail, stage, time.perf_counter() - t0)
             if status == "timeout":
-                return Outcome(mutant.name, f"{detail} ({stage}; counted as killed)", stage,
-                               time.perf_counter() - t0)
+                return Outcome(mutant.name, f"{detail} ({stage}; counted as killed)", stage, time.perf_counter() - t0)
     return Outcome(mutant.name, "", "survived", time.perf_counter() - t0)
 
 
@@ -452,12 +765,16 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="+", metavar="NAME", help="mutant names or module names")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     ap.add_argument("--no-notebooks", action="store_true", help="skip the chapters (tests only)")
-    ap.add_argument("--stages", default=",".join(STAGES),
-                    help=f"comma-separated stages to run, in this order: {','.join(STAGES)} (default all); "
-                         "e.g. --stages notebook checks that a chapter alone kills a mutant")
+    ap.add_argument(
+        "--stages",
+        default=",".join(STAGES),
+        help=f"comma-separated stages to run, in this order: {','.join(STAGES)} (default all); "
+        "e.g. --stages notebook checks that a chapter alone kills a mutant",
+    )
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest run (default 1800)")
-    ap.add_argument("--head", action="store_true",
-                    help="copy the last commit (git archive HEAD) instead of the working tree")
+    ap.add_argument(
+        "--head", action="store_true", help="copy the last commit (git archive HEAD) instead of the working tree"
+    )
     ap.add_argument("--scratch-dir", default=None, help="where to make the scratch copy (default: the temp dir)")
     args = ap.parse_args(argv)
     chosen = select(args.only)
@@ -484,16 +801,18 @@ def main(argv=None) -> int:
         outcomes = []
         t0 = time.perf_counter()
         for m in chosen:
-            o = run_mutant(scratch, env, m, stages=stages, timeout=args.timeout,
-                           log=lambda s: print(s, flush=True))
-            print(f"{o.name}: {'killed by ' + o.killed_by if o.killed_by else 'SURVIVED'} ({o.seconds:.0f} s)",
-                  flush=True)
+            o = run_mutant(scratch, env, m, stages=stages, timeout=args.timeout, log=lambda s: print(s, flush=True))
+            print(
+                f"{o.name}: {'killed by ' + o.killed_by if o.killed_by else 'SURVIVED'} ({o.seconds:.0f} s)", flush=True
+            )
             outcomes.append(o)
         print()
         print(table(outcomes))
         survivors = [o.name for o in outcomes if not o.killed_by]
-        print(f"\n{len(outcomes) - len(survivors)}/{len(outcomes)} killed in {time.perf_counter() - t0:.0f} s"
-              + (f"; survived: {', '.join(survivors)}" if survivors else ""))
+        print(
+            f"\n{len(outcomes) - len(survivors)}/{len(outcomes)} killed in {time.perf_counter() - t0:.0f} s"
+            + (f"; survived: {', '.join(survivors)}" if survivors else "")
+        )
         return 1 if survivors else 0
     finally:
         shutil.rmtree(scratch.parent, ignore_errors=True)

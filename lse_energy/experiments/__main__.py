@@ -19,11 +19,13 @@ from lse_energy.experiments import store
 
 def main(argv=None) -> int:
     reg = store.registry()
-    parser = argparse.ArgumentParser(prog="python -m lse_energy.experiments",
-                                     description="Run the stored full-size experiments (resumable).")
+    parser = argparse.ArgumentParser(
+        prog="python -m lse_energy.experiments", description="Run the stored full-size experiments (resumable)."
+    )
     parser.add_argument("--out", default="book/data", help="directory of the stored JSON files")
-    parser.add_argument("--only", nargs="+", choices=sorted(reg), metavar="NAME",
-                        help=f"run only these (of: {', '.join(sorted(reg))})")
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted(reg), metavar="NAME", help=f"run only these (of: {', '.join(sorted(reg))})"
+    )
     parser.add_argument("--progress", action="store_true", help="progress bars (cells, and steps inside)")
     parser.add_argument("--list", action="store_true", help="list the experiments and their chapters, then stop")
     args = parser.parse_args(argv)
@@ -36,8 +38,11 @@ def main(argv=None) -> int:
     for name in names:
         t0 = time.perf_counter()
         doc = store.run(reg[name], args.out, progress=args.progress)
-        print(f"{name}: {len(doc['cells'])} cells, {doc['seconds']:.0f} s of cell time stored, "
-              f"{time.perf_counter() - t0:.0f} s in this run -> {args.out}/{name}.json", flush=True)
+        print(
+            f"{name}: {len(doc['cells'])} cells, {doc['seconds']:.0f} s of cell time stored, "
+            f"{time.perf_counter() - t0:.0f} s in this run -> {args.out}/{name}.json",
+            flush=True,
+        )
     print(f"all: {time.perf_counter() - total:.0f} s", flush=True)
     return 0
 

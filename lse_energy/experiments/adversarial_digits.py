@@ -70,16 +70,50 @@ import optax
 from lse_energy import adversarial
 from lse_energy.experiments import store
 
-__all__ = ["ADV", "BIN", "BOX", "GRAD", "gradient_summary", "EXPERIMENTS", "SIZE_KEYS", "digits", "split",
-           "optimizer", "train",
-           "continue_training", "gradient_attacks", "attacked_accuracy", "mean_interval", "summary",
-           "binary_methods", "binary_split", "binary_train", "robust_correct", "objective_terms",
-           "binary_replay", "binary_summary"]
+__all__ = [
+    "ADV",
+    "BIN",
+    "BOX",
+    "GRAD",
+    "gradient_summary",
+    "EXPERIMENTS",
+    "SIZE_KEYS",
+    "digits",
+    "split",
+    "optimizer",
+    "train",
+    "continue_training",
+    "gradient_attacks",
+    "attacked_accuracy",
+    "mean_interval",
+    "summary",
+    "binary_methods",
+    "binary_split",
+    "binary_train",
+    "robust_correct",
+    "objective_terms",
+    "binary_replay",
+    "binary_summary",
+]
 
 #: Settings of the full run. ``eps_grid`` are the attack radii (``L_inf``, pixel range 1).
-ADV = dict(seeds=list(range(10)), n_hidden=64, n_epochs=60, batch_size=50, learning_rate=1e-2, n_train=1200,
-           eps_grid=[0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2], pgd_steps=20, eps_trades=0.1, beta=6.0,
-           inner_steps=5, min_eps_max=0.5, n_bisect=30, hist_bins=40, mono_steps=10)
+ADV = dict(
+    seeds=list(range(10)),
+    n_hidden=64,
+    n_epochs=60,
+    batch_size=50,
+    learning_rate=1e-2,
+    n_train=1200,
+    eps_grid=[0.0, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2],
+    pgd_steps=20,
+    eps_trades=0.1,
+    beta=6.0,
+    inner_steps=5,
+    min_eps_max=0.5,
+    n_bisect=30,
+    hist_bins=40,
+    mono_steps=10,
+)
 #: Settings of ``adversarial_digits_gradient``: the networks of :data:`ADV` (same sizes, same seeds' splits,
 #: initialisations and minibatch orders, so the same networks) for the first five seeds, attacked by
 #: §24's one-step gradient attacks at every step ``grad_k``, and continued for ``continue_epochs``.
@@ -97,8 +131,10 @@ _MODELS = ("standard", "trades")
 # A learning rate 1% off moves the trace by 1e-2, beta 1% off by 4e-3, a flipped sign of the step by
 # O(10). A sign step could in principle flip on a gradient component within round-off of zero; none did.
 _RTOL, _ATOL = 1e-9, 1e-12
-_REASON = ("float64 round-off of a reordered but identical program over 24 Adam steps "
-           "(measured 7e-16 relative); a 1% change of the learning rate or of beta moves it by >= 4e-3")
+_REASON = (
+    "float64 round-off of a reordered but identical program over 24 Adam steps "
+    "(measured 7e-16 relative); a 1% change of the learning rate or of beta moves it by >= 4e-3"
+)
 
 
 @functools.lru_cache(maxsize=1)
@@ -133,10 +169,20 @@ def train(settings: dict, seed: int, beta: float, n_epochs: int | None = None, d
     s = settings
     x_tr, y_tr, _, _ = split(seed, s["n_train"])
     p0 = adversarial.init_params(x_tr.shape[1], s["n_hidden"], 10, key=jax.random.key(seed))
-    return adversarial.fit(p0, x_tr, y_tr, key=jax.random.key(1000 + seed), optimizer=optimizer(s["learning_rate"]),
-                           n_epochs=s["n_epochs"] if n_epochs is None else n_epochs, batch_size=s["batch_size"],
-                           beta=beta, epsilon=s["eps_trades"], inner_steps=s["inner_steps"], box=BOX,
-                           defence=defence)
+    return adversarial.fit(
+        p0,
+        x_tr,
+        y_tr,
+        key=jax.random.key(1000 + seed),
+        optimizer=optimizer(s["learning_rate"]),
+        n_epochs=s["n_epochs"] if n_epochs is None else n_epochs,
+        batch_size=s["batch_size"],
+        beta=beta,
+        epsilon=s["eps_trades"],
+        inner_steps=s["inner_steps"],
+        box=BOX,
+        defence=defence,
+    )
 
 
 def continue_training(settings: dict, seed: int, fit_result, beta: float, defence: str = "trades"):
@@ -144,11 +190,21 @@ def continue_training(settings: dict, seed: int, fit_result, beta: float, defenc
     and optimizer state (constant step, so the same schedule), minibatch order from key ``3000 + seed``."""
     s = settings
     x_tr, y_tr, _, _ = split(seed, s["n_train"])
-    return adversarial.fit(fit_result.params, x_tr, y_tr, key=jax.random.key(3000 + seed),
-                           optimizer=optimizer(s["learning_rate"]), n_epochs=s["continue_epochs"],
-                           batch_size=s["batch_size"], beta=beta, epsilon=s["eps_trades"],
-                           inner_steps=s["inner_steps"], box=BOX, defence=defence,
-                           opt_state=fit_result.extras.opt_state)
+    return adversarial.fit(
+        fit_result.params,
+        x_tr,
+        y_tr,
+        key=jax.random.key(3000 + seed),
+        optimizer=optimizer(s["learning_rate"]),
+        n_epochs=s["continue_epochs"],
+        batch_size=s["batch_size"],
+        beta=beta,
+        epsilon=s["eps_trades"],
+        inner_steps=s["inner_steps"],
+        box=BOX,
+        defence=defence,
+        opt_state=fit_result.extras.opt_state,
+    )
 
 
 def _pgd(settings, params, x, y, eps):
@@ -200,16 +256,18 @@ def gradient_attacks(settings: dict, params, x, y) -> dict:
             xt = adversarial.gradient_attack(params, x, tgt, k, targeted=True, epsilon=e, box=BOX)
             hits.append(float(jnp.mean(adversarial.predict(params, xt) == tgt)))
         targeted.append(float(np.mean(hits)))
-    return dict(untargeted=untargeted, targeted=targeted,
-                clean_error=float(jnp.mean(adversarial.predict(params, x) != y)))
+    return dict(
+        untargeted=untargeted, targeted=targeted, clean_error=float(jnp.mean(adversarial.predict(params, x) != y))
+    )
 
 
 def _stopped_metrics(settings, params, seed):
     """Test cross-entropy, clean and under PGD at ``eps_trades``: the replay's test metrics."""
     _, _, x_te, y_te = split(seed, settings["n_train"])
     xa = _pgd(settings, params, x_te, y_te, settings["eps_trades"])
-    return dict(test_loss=float(adversarial.loss(params, x_te, y_te)),
-                pgd_test_loss=float(adversarial.loss(params, xa, y_te)))
+    return dict(
+        test_loss=float(adversarial.loss(params, x_te, y_te)), pgd_test_loss=float(adversarial.loss(params, xa, y_te))
+    )
 
 
 def replay(settings: dict, cell: dict) -> dict:
@@ -222,14 +280,17 @@ def replay(settings: dict, cell: dict) -> dict:
 
 
 def _minimal(settings, params, x, y):
-    m = adversarial.minimal_perturbation(params, x, y, eps_max=settings["min_eps_max"],
-                                         n_bisect=settings["n_bisect"], box=BOX)
+    m = adversarial.minimal_perturbation(
+        params, x, y, eps_max=settings["min_eps_max"], n_bisect=settings["n_bisect"], box=BOX
+    )
     direction = jnp.sign(adversarial.input_gradient(params, x, y))
     ok = np.asarray(m.fooled & (m.epsilon > 0))
     at = jnp.clip(x + m.epsilon[:, None] * direction, *BOX)
     below = jnp.clip(x + (m.epsilon[:, None] - 1e-6) * direction, *BOX)
-    bracket = bool(np.all(np.asarray(adversarial.predict(params, at) != y)[ok])
-                   and np.all(np.asarray(adversarial.predict(params, below) == y)[ok]))
+    bracket = bool(
+        np.all(np.asarray(adversarial.predict(params, at) != y)[ok])
+        and np.all(np.asarray(adversarial.predict(params, below) == y)[ok])
+    )
     correct = np.asarray(adversarial.predict(params, x) == y)
     eps = np.asarray(m.epsilon)[correct]
     counts, _ = np.histogram(eps, bins=np.linspace(0.0, settings["min_eps_max"], settings["hist_bins"] + 1))
@@ -238,9 +299,19 @@ def _minimal(settings, params, x, y):
 
 def _monotone(settings, params, x, seed):
     e = settings["eps_trades"]
-    res = {mono: adversarial.inner_maximize(params, x, e, key=jax.random.key(seed), step_size=e / 2,
-                                            n_steps=settings["mono_steps"], monotone=mono, box=BOX)
-           for mono in (True, False)}
+    res = {
+        mono: adversarial.inner_maximize(
+            params,
+            x,
+            e,
+            key=jax.random.key(seed),
+            step_size=e / 2,
+            n_steps=settings["mono_steps"],
+            monotone=mono,
+            box=BOX,
+        )
+        for mono in (True, False)
+    }
     never = bool(np.all(np.diff(np.asarray(res[True].losses), axis=0) >= 0))
     drops = np.any(np.diff(np.asarray(res[False].losses), axis=0) < 0, axis=0)
     return dict(monotone_never_lowers=never, plain_lowers_fraction=float(drops.mean()))
@@ -257,8 +328,10 @@ def _cell(settings, cell, progress):
         result[m] = dict(
             fgsm=[attacked_accuracy(s, p, x_te, y_te, e, "fgsm") for e in s["eps_grid"]],
             pgd=[attacked_accuracy(s, p, x_te, y_te, e, "pgd") for e in s["eps_grid"]],
-            epoch_loss=np.asarray(r.energies).mean(axis=1), minimal=_minimal(s, p, x_te, y_te),
-            inner=_monotone(s, p, x_te, seed))
+            epoch_loss=np.asarray(r.energies).mean(axis=1),
+            minimal=_minimal(s, p, x_te, y_te),
+            inner=_monotone(s, p, x_te, seed),
+        )
         trace[m] = np.asarray(r.energies)[0]  # the full run's own first epoch
     fresh = replay(s, cell)
     for m in _MODELS:
@@ -278,17 +351,19 @@ def _gradient_cell(settings, cell, progress):
         c = continue_training(s, seed, r, _beta(s, m)).params
         result[m] = dict(
             gradient=gradient_attacks(s, p, x_te, y_te),
-            clean=attacked_accuracy(s, p, x_te, y_te, 0.0, "pgd"), pgd=attacked_accuracy(s, p, x_te, y_te, e, "pgd"),
-            continued=dict(clean=attacked_accuracy(s, c, x_te, y_te, 0.0, "pgd"),
-                           pgd=attacked_accuracy(s, c, x_te, y_te, e, "pgd")))
+            clean=attacked_accuracy(s, p, x_te, y_te, 0.0, "pgd"),
+            pgd=attacked_accuracy(s, p, x_te, y_te, e, "pgd"),
+            continued=dict(
+                clean=attacked_accuracy(s, c, x_te, y_te, 0.0, "pgd"), pgd=attacked_accuracy(s, c, x_te, y_te, e, "pgd")
+            ),
+        )
         trace[m] = np.asarray(r.energies)[0]
     return dict(result=result, trace=trace)
 
 
 def _gradient_replay(settings, cell):
     """Both models of ``cell`` trained for one epoch: their 24 minibatch losses."""
-    return {m: np.asarray(train(settings, cell["seed"], _beta(settings, m), n_epochs=1).energies)[0]
-            for m in _MODELS}
+    return {m: np.asarray(train(settings, cell["seed"], _beta(settings, m), n_epochs=1).energies)[0] for m in _MODELS}
 
 
 def gradient_summary(doc: dict) -> dict:
@@ -330,8 +405,11 @@ def summary(doc: dict) -> dict:
     out = {}
     for m in _MODELS:
         rs = [c[m] for c in cells]
-        out[m] = dict(fgsm=np.array([r["fgsm"] for r in rs]), pgd=np.array([r["pgd"] for r in rs]),
-                      epoch_loss=np.array([r["epoch_loss"] for r in rs]))
+        out[m] = dict(
+            fgsm=np.array([r["fgsm"] for r in rs]),
+            pgd=np.array([r["pgd"] for r in rs]),
+            epoch_loss=np.array([r["epoch_loss"] for r in rs]),
+        )
         for k in ("fooled", "median", "hist", "bracket"):
             out[m][k] = np.array([r["minimal"][k] for r in rs])
         for k in ("plain_lowers_fraction", "monotone_never_lowers"):
@@ -352,10 +430,23 @@ def summary(doc: dict) -> dict:
 #: Fixed before the run: the reported budget is ``epochs[1]``, and its continuation check asks that the
 #: mean over seeds of the change from ``epochs[1]`` to ``epochs[2]`` (twice as long, same constant step)
 #: of clean and of robust accuracy be below ``continuation_delta``, for every method.
-BIN = dict(seeds=list(range(3)), n_hidden=32, epochs=[20, 40, 80], batch_size=50, learning_rate=1e-2,
-           n_train=1200, split_digit=5, eps=0.1, inner_steps=5,
-           betas=[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 6.0], pgd_restarts=3, pgd_steps=50,
-           pgd_step_size=0.005, objective_steps=50, continuation_delta=0.02)
+BIN = dict(
+    seeds=list(range(3)),
+    n_hidden=32,
+    epochs=[20, 40, 80],
+    batch_size=50,
+    learning_rate=1e-2,
+    n_train=1200,
+    split_digit=5,
+    eps=0.1,
+    inner_steps=5,
+    betas=[0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 6.0],
+    pgd_restarts=3,
+    pgd_steps=50,
+    pgd_step_size=0.005,
+    objective_steps=50,
+    continuation_delta=0.02,
+)
 
 
 def binary_methods(settings: dict) -> list[str]:
@@ -389,10 +480,20 @@ def binary_train(settings: dict, seed: int, method: str, n_epochs: int, start=No
         p0, st = adversarial.init_params(x_tr.shape[1], s["n_hidden"], 1, key=jax.random.key(seed)), None
     else:
         p0, st = start.params, start.extras.opt_state
-    return adversarial.fit(p0, x_tr, t_tr, key=jax.random.key(1000 + seed + key_offset),
-                           optimizer=optimizer(s["learning_rate"]), n_epochs=n_epochs, batch_size=s["batch_size"],
-                           epsilon=s["eps"], inner_steps=s["inner_steps"], box=BOX, opt_state=st,
-                           **_method_args(method))
+    return adversarial.fit(
+        p0,
+        x_tr,
+        t_tr,
+        key=jax.random.key(1000 + seed + key_offset),
+        optimizer=optimizer(s["learning_rate"]),
+        n_epochs=n_epochs,
+        batch_size=s["batch_size"],
+        epsilon=s["eps"],
+        inner_steps=s["inner_steps"],
+        box=BOX,
+        opt_state=st,
+        **_method_args(method),
+    )
 
 
 def robust_correct(settings: dict, params, x, t) -> np.ndarray:
@@ -401,8 +502,16 @@ def robust_correct(settings: dict, params, x, t) -> np.ndarray:
     s = settings
     ok = np.asarray(adversarial.binary_score(params, x) * t > 0)
     for r in range(s["pgd_restarts"]):
-        a = adversarial.pgd(params, x, t, s["eps"], step_size=s["pgd_step_size"], n_steps=s["pgd_steps"],
-                            key=jax.random.key(10_000 + r), box=BOX)
+        a = adversarial.pgd(
+            params,
+            x,
+            t,
+            s["eps"],
+            step_size=s["pgd_step_size"],
+            n_steps=s["pgd_steps"],
+            key=jax.random.key(10_000 + r),
+            box=BOX,
+        )
         ok = ok & np.asarray(adversarial.binary_score(params, a.x_adv) * t > 0)
     return ok
 
@@ -413,8 +522,15 @@ def objective_terms(settings: dict, params, x, t, seed: int) -> dict:
     (a lower bound on the inner maximum); J_beta = fit_term + beta * robust_term."""
     s = settings
     f = adversarial.binary_score(params, x)
-    xa = adversarial.inner_maximize(params, x, s["eps"], key=jax.random.key(20_000 + seed), step_size=s["eps"] / 4,
-                                    n_steps=s["objective_steps"], box=BOX).x_adv
+    xa = adversarial.inner_maximize(
+        params,
+        x,
+        s["eps"],
+        key=jax.random.key(20_000 + seed),
+        step_size=s["eps"] / 4,
+        n_steps=s["objective_steps"],
+        box=BOX,
+    ).x_adv
     fa = adversarial.binary_score(params, xa)
     g = adversarial.softplus_surrogate
     return dict(fit_term=float(jnp.mean(g(f * t))), robust_term=float(jnp.mean(g(f * fa))))
@@ -423,10 +539,13 @@ def objective_terms(settings: dict, params, x, t, seed: int) -> dict:
 def _binary_metrics(settings, params, seed):
     x_tr, t_tr, x_te, t_te = binary_split(seed, settings)
     f = np.asarray(adversarial.binary_score(params, x_te))
-    return dict(clean=float(np.mean(f * np.asarray(t_te) > 0)),
-                robust=float(np.mean(robust_correct(settings, params, x_te, t_te))),
-                positive=float(np.mean(f > 0)), median_abs_f=float(np.median(np.abs(f))),
-                **objective_terms(settings, params, x_tr, t_tr, seed))
+    return dict(
+        clean=float(np.mean(f * np.asarray(t_te) > 0)),
+        robust=float(np.mean(robust_correct(settings, params, x_te, t_te))),
+        positive=float(np.mean(f > 0)),
+        median_abs_f=float(np.median(np.abs(f))),
+        **objective_terms(settings, params, x_tr, t_tr, seed),
+    )
 
 
 _BIN_TRACE = ("beta=1", "beta=6", "augment")
@@ -473,12 +592,38 @@ def binary_summary(doc: dict) -> dict:
     return out
 
 
-EXPERIMENTS = [store.Experiment("adversarial_digits", "19_adversarial", ADV,
-                                lambda s: [dict(seed=k) for k in s["seeds"]], _cell, replay, _RTOL, _ATOL,
-                                _REASON),
-               store.Experiment("adversarial_digits_gradient", "19_adversarial", GRAD,
-                                lambda s: [dict(seed=k) for k in s["seeds"]], _gradient_cell, _gradient_replay,
-                                _RTOL, _ATOL, _REASON),
-               store.Experiment("adversarial_digits_binary", "19_adversarial", BIN,
-                                lambda s: [dict(seed=k) for k in s["seeds"]], _binary_cell, binary_replay,
-                                _RTOL, _ATOL, _REASON)]
+EXPERIMENTS = [
+    store.Experiment(
+        "adversarial_digits",
+        "19_adversarial",
+        ADV,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell,
+        replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    ),
+    store.Experiment(
+        "adversarial_digits_gradient",
+        "19_adversarial",
+        GRAD,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _gradient_cell,
+        _gradient_replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    ),
+    store.Experiment(
+        "adversarial_digits_binary",
+        "19_adversarial",
+        BIN,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _binary_cell,
+        binary_replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    ),
+]

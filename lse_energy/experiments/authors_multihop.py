@@ -75,9 +75,28 @@ from lse_energy import _validate, attention, core, multihop
 
 Array = jax.Array
 
-__all__ = ["MODELS", "TARGETS", "Task", "make_task", "sample", "init_params", "mixing", "predict",
-           "self_readout_mse", "run", "run_seeds", "FIG3_MODELS", "Fig3Task", "make_fig3_task", "sample_fig3",
-           "fig3_target_variance", "ridge_floor", "handset_fig3", "predict_fig3", "run_fig3"]
+__all__ = [
+    "MODELS",
+    "TARGETS",
+    "Task",
+    "make_task",
+    "sample",
+    "init_params",
+    "mixing",
+    "predict",
+    "self_readout_mse",
+    "run",
+    "run_seeds",
+    "FIG3_MODELS",
+    "Fig3Task",
+    "make_fig3_task",
+    "sample_fig3",
+    "fig3_target_variance",
+    "ridge_floor",
+    "handset_fig3",
+    "predict_fig3",
+    "run_fig3",
+]
 
 #: The models, in order one-layer attention, the authors' multi-hop, the paper's multi-hop and an ablation.
 MODELS = ("standard", "multihop", "multihop_paper", "self_plus_one_hop")
@@ -115,8 +134,17 @@ def _check_sizes(n_tokens, chain):
     return n_tokens, chain
 
 
-def sample(task: Task, batch: int, *, key, n_tokens: int = 5, chain: int = 3, x0_high: float = 10.0,
-           noise: float = 1.0, target: str = "code"):
+def sample(
+    task: Task,
+    batch: int,
+    *,
+    key,
+    n_tokens: int = 5,
+    chain: int = 3,
+    x0_high: float = 10.0,
+    noise: float = 1.0,
+    target: str = "code",
+):
     r"""A batch of sequences of the authors' task.
 
     Args:
@@ -165,7 +193,7 @@ def _sample(task, key, batch, n_tokens, chain, x0_high, noise, target):
     perm = jax.random.permutation(kp, n_tokens - 1)  # the last token (the query) stays last
     x = jnp.concatenate([tokens[:, perm], tokens[:, -1:]], axis=1)
     where = jnp.argsort(perm)  # where[t]: new position of old token t
-    pos = jnp.concatenate([where[n_tokens - chain:], jnp.asarray([n_tokens - 1])]).astype(jnp.int32)
+    pos = jnp.concatenate([where[n_tokens - chain :], jnp.asarray([n_tokens - 1])]).astype(jnp.int32)
     return x, y, pos
 
 
@@ -178,7 +206,7 @@ def init_params(d: int = 3, *, key) -> multihop.Params:
 def _init(key, d):
     b = 1.0 / math.sqrt(d)
     w = core.random_uniform(key, (2 * d + 1, d), jnp.result_type(float), -b, b)
-    return multihop.Params(wq=w[:d], wk=w[d:2 * d], wv=w[2 * d:])
+    return multihop.Params(wq=w[:d], wk=w[d : 2 * d], wv=w[2 * d :])
 
 
 def _check_model(model):
@@ -235,9 +263,23 @@ def self_readout_mse(task: Task, *, key, n: int = 100_000, **sizes) -> float:
     return float(np.mean((yv - xq @ u) ** 2))
 
 
-def run(seed: int, *, model: str = "multihop", n_steps: int = 20_000, batch: int = 200, lr: float = 1e-3,
-        weight_decay: float = 2.0, record_every: int = 1000, d: int = 3, n_tokens: int = 5, chain: int = 3,
-        x0_high: float = 10.0, noise: float = 1.0, target: str = "code", n_test: int = 10_000) -> dict:
+def run(
+    seed: int,
+    *,
+    model: str = "multihop",
+    n_steps: int = 20_000,
+    batch: int = 200,
+    lr: float = 1e-3,
+    weight_decay: float = 2.0,
+    record_every: int = 1000,
+    d: int = 3,
+    n_tokens: int = 5,
+    chain: int = 3,
+    x0_high: float = 10.0,
+    noise: float = 1.0,
+    target: str = "code",
+    n_test: int = 10_000,
+) -> dict:
     r"""Train ``model`` on the authors' task for one seed; every default is their value.
 
     The seed fixes the task, the initial parameters and the data stream, and
@@ -256,14 +298,41 @@ def run(seed: int, *, model: str = "multihop", n_steps: int = 20_000, batch: int
       the query's row on each chain token (``x_0 ...``, ``x_{chain-1}`` is the
       query itself) and on all distractors together; ``params``.
     """
-    return run_seeds([seed], model=model, n_steps=n_steps, batch=batch, lr=lr, weight_decay=weight_decay,
-                     record_every=record_every, d=d, n_tokens=n_tokens, chain=chain, x0_high=x0_high,
-                     noise=noise, target=target, n_test=n_test)[0]
+    return run_seeds(
+        [seed],
+        model=model,
+        n_steps=n_steps,
+        batch=batch,
+        lr=lr,
+        weight_decay=weight_decay,
+        record_every=record_every,
+        d=d,
+        n_tokens=n_tokens,
+        chain=chain,
+        x0_high=x0_high,
+        noise=noise,
+        target=target,
+        n_test=n_test,
+    )[0]
 
 
-def run_seeds(seeds, *, model: str = "multihop", n_steps: int = 20_000, batch: int = 200, lr: float = 1e-3,
-              weight_decay: float = 2.0, record_every: int = 1000, d: int = 3, n_tokens: int = 5, chain: int = 3,
-              x0_high: float = 10.0, noise: float = 1.0, target: str = "code", n_test: int = 10_000) -> list:
+def run_seeds(
+    seeds,
+    *,
+    model: str = "multihop",
+    n_steps: int = 20_000,
+    batch: int = 200,
+    lr: float = 1e-3,
+    weight_decay: float = 2.0,
+    record_every: int = 1000,
+    d: int = 3,
+    n_tokens: int = 5,
+    chain: int = 3,
+    x0_high: float = 10.0,
+    noise: float = 1.0,
+    target: str = "code",
+    n_test: int = 10_000,
+) -> list:
     """:func:`run` for several seeds at once (one compiled program vmapped over seeds); a list of its dicts."""
     _check_model(model)
     seeds = np.asarray(seeds)
@@ -274,28 +343,48 @@ def run_seeds(seeds, *, model: str = "multihop", n_steps: int = 20_000, batch: i
     d = _validate.count("d", d, 1)
     n_tokens, chain = _check_sizes(n_tokens, chain)
     _check_target(target, chain)
-    lr, x0_high, noise = (_validate.positive(n, v) for n, v in (("lr", lr), ("x0_high", x0_high),
-                                                                  ("noise", noise)))
+    lr, x0_high, noise = (_validate.positive(n, v) for n, v in (("lr", lr), ("x0_high", x0_high), ("noise", noise)))
     weight_decay = _validate.nonnegative("weight_decay", weight_decay)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     out = _run(keys, model, n_steps, batch, lr, weight_decay, d, n_tokens, chain, x0_high, noise, target, n_test)
-    _validate.require_finite(f"authors_multihop.run ({model})", out[:3], steps=jnp.moveaxis(out[1], -1, 0),
-                             hint="lower lr")
+    _validate.require_finite(
+        f"authors_multihop.run ({model})", out[:3], steps=jnp.moveaxis(out[1], -1, 0), hint="lower lr"
+    )
     params, losses, test_mse, var_y, weights = jax.tree_util.tree_map(np.asarray, out)
     steps = list(range(0, n_steps, record_every))
     names = [f"x_{i}" for i in range(chain)] + ["distractors"]
     results = []
     for i, seed in enumerate(seeds):
-        settings = dict(model=model, seed=int(seed), n_steps=n_steps, batch=batch, lr=lr, weight_decay=weight_decay,
-                        record_every=record_every, d=d, n_tokens=n_tokens, chain=chain, x0_high=x0_high,
-                        noise=noise, target=target, n_test=n_test, dtype=str(losses.dtype))
-        results.append(dict(settings=settings, recorded_steps=steps,
-                            recorded_loss=[float(losses[i, j]) for j in steps],
-                            tail_loss=float(np.mean(losses[i, -min(record_every, n_steps):])),
-                            test_mse=float(test_mse[i]), var_y=float(var_y[i]),
-                            test_nmse=float(test_mse[i] / var_y[i]),
-                            weights={n: float(w) for n, w in zip(names, weights[i])},
-                            params=jax.tree_util.tree_map(lambda a, i=i: a[i], params)))
+        settings = dict(
+            model=model,
+            seed=int(seed),
+            n_steps=n_steps,
+            batch=batch,
+            lr=lr,
+            weight_decay=weight_decay,
+            record_every=record_every,
+            d=d,
+            n_tokens=n_tokens,
+            chain=chain,
+            x0_high=x0_high,
+            noise=noise,
+            target=target,
+            n_test=n_test,
+            dtype=str(losses.dtype),
+        )
+        results.append(
+            dict(
+                settings=settings,
+                recorded_steps=steps,
+                recorded_loss=[float(losses[i, j]) for j in steps],
+                tail_loss=float(np.mean(losses[i, -min(record_every, n_steps) :])),
+                test_mse=float(test_mse[i]),
+                var_y=float(var_y[i]),
+                test_nmse=float(test_mse[i] / var_y[i]),
+                weights={n: float(w) for n, w in zip(names, weights[i])},
+                params=jax.tree_util.tree_map(lambda a, i=i: a[i], params),
+            )
+        )
     return results
 
 
@@ -398,7 +487,7 @@ def _sample_fig3(task, key, n, batch, p, x0_high, noise):
 
 def fig3_target_variance(task: Fig3Task, x0_high: float = 2.0) -> Array:
     r""":math:`\mathrm{Var}(y) = \|w\|^2 s^2 / 12` (:math:`x_0` uniform on :math:`[0, s)^d`)."""
-    return task.w_y @ task.w_y * x0_high ** 2 / 12.0
+    return task.w_y @ task.w_y * x0_high**2 / 12.0
 
 
 def ridge_floor(task: Fig3Task, weight_decay: float = 2.0, x0_high: float = 2.0) -> float:
@@ -417,7 +506,7 @@ def ridge_floor(task: Fig3Task, weight_decay: float = 2.0, x0_high: float = 2.0)
     x0_high = _validate.positive("x0_high", x0_high)
     w = np.asarray(task.w_y, np.float64)
     d = w.size
-    sigma = x0_high ** 2 / 12.0 * np.eye(d) + x0_high ** 2 / 4.0 * np.ones((d, d))
+    sigma = x0_high**2 / 12.0 * np.eye(d) + x0_high**2 / 4.0 * np.ones((d, d))
     u = np.linalg.solve(sigma + weight_decay / 2.0 * np.eye(d), sigma @ w)
     return float((u - w) @ sigma @ (u - w))
 
@@ -435,8 +524,17 @@ def handset_fig3(task: Fig3Task, scale: float) -> multihop.Params:
     return multihop.Params(wq=scale * eye, wk=eye, wv=task.w_y[None])
 
 
-def predict_fig3(model: str, params: multihop.Params, x, *, alpha0: float = 0.1, beta0: float = 0.9,
-                 mass: float = 0.05, tol: float = 0.01, max_iter: int = 100):
+def predict_fig3(
+    model: str,
+    params: multihop.Params,
+    x,
+    *,
+    alpha0: float = 0.1,
+    beta0: float = 0.9,
+    mass: float = 0.05,
+    tol: float = 0.01,
+    max_iter: int = 100,
+):
     r"""Prediction at the last token of ``x: (B, n, d)`` by one of the authors' Fig. 3 models.
 
     Both models score the ``n - 1`` earlier tokens with :math:`W_Q, W_K` (scale :math:`1/\sqrt d`)
@@ -510,10 +608,27 @@ def _predict_fig3(model, params, x, alpha0, beta0, mass, tol, max_iter):
     return jnp.sum(a * v, -1), dict(weights=a, window=width.astype(jnp.int32), iterations=iters)
 
 
-def run_fig3(model: str, seeds, ps, *, d: int = 10, n: int = 50, n_steps: int = 10_000, n_cont: int = 0,
-             batch: int = 1, lr: float = 5e-4, weight_decay: float = 2.0, x0_high: float = 2.0,
-             noise: float = 0.1, n_test: int = 2048, alpha0: float = 0.1, beta0: float = 0.9, mass: float = 0.05,
-             tol: float = 0.01, max_iter: int = 100) -> dict:
+def run_fig3(
+    model: str,
+    seeds,
+    ps,
+    *,
+    d: int = 10,
+    n: int = 50,
+    n_steps: int = 10_000,
+    n_cont: int = 0,
+    batch: int = 1,
+    lr: float = 5e-4,
+    weight_decay: float = 2.0,
+    x0_high: float = 2.0,
+    noise: float = 0.1,
+    n_test: int = 2048,
+    alpha0: float = 0.1,
+    beta0: float = 0.9,
+    mass: float = 0.05,
+    tol: float = 0.01,
+    max_iter: int = 100,
+) -> dict:
     r"""Train one of the authors' Fig. 3 models on their task for every ``(p, seed)``; defaults are theirs.
 
     Their ``run_expanding.py``: one sequence a step (``batch = 1``), 10000 steps, MSE in raw units,
@@ -542,23 +657,59 @@ def run_fig3(model: str, seeds, ps, *, d: int = 10, n: int = 50, n_steps: int = 
     d, n = _validate.count("d", d, 1), _validate.count("n", n, 3)
     n_steps, n_cont = _validate.count("n_steps", n_steps, 1), _validate.count("n_cont", n_cont, 0)
     batch, n_test = _validate.count("batch", batch, 1), _validate.count("n_test", n_test, 2)
-    lr, x0_high, noise = (_validate.positive(k, v) for k, v in (("lr", lr), ("x0_high", x0_high),
-                                                                  ("noise", noise)))
+    lr, x0_high, noise = (_validate.positive(k, v) for k, v in (("lr", lr), ("x0_high", x0_high), ("noise", noise)))
     weight_decay = _validate.nonnegative("weight_decay", weight_decay)
     for name, v in (("alpha0", alpha0), ("beta0", beta0), ("tol", tol)):
         _validate.positive(name, v)
     mass, max_iter = _validate.open_unit("mass", mass), _validate.count("max_iter", max_iter, 1)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    out = _run_fig3(keys, jnp.asarray(ps, jnp.result_type(float)), model, d, n, n_steps, n_cont, batch, lr,
-                    weight_decay, x0_high, noise, n_test, float(alpha0), float(beta0), mass, float(tol), max_iter)
-    _validate.require_finite(f"authors_multihop.run_fig3 ({model})", out["loss"],
-                             steps=jnp.moveaxis(out["loss"], -1, 0), hint="lower lr")
+    out = _run_fig3(
+        keys,
+        jnp.asarray(ps, jnp.result_type(float)),
+        model,
+        d,
+        n,
+        n_steps,
+        n_cont,
+        batch,
+        lr,
+        weight_decay,
+        x0_high,
+        noise,
+        n_test,
+        float(alpha0),
+        float(beta0),
+        mass,
+        float(tol),
+        max_iter,
+    )
+    _validate.require_finite(
+        f"authors_multihop.run_fig3 ({model})", out["loss"], steps=jnp.moveaxis(out["loss"], -1, 0), hint="lower lr"
+    )
     return {k: np.asarray(v) for k, v in out.items()}
 
 
 @partial(jax.jit, static_argnums=tuple(range(2, 18)))
-def _run_fig3(keys, ps, model, d, n, n_steps, n_cont, batch, lr, weight_decay, x0_high, noise, n_test, alpha0,
-              beta0, mass, tol, max_iter):
+def _run_fig3(
+    keys,
+    ps,
+    model,
+    d,
+    n,
+    n_steps,
+    n_cont,
+    batch,
+    lr,
+    weight_decay,
+    x0_high,
+    noise,
+    n_test,
+    alpha0,
+    beta0,
+    mass,
+    tol,
+    max_iter,
+):
     opt = optax.chain(optax.add_decayed_weights(weight_decay), optax.scale_by_adam(), optax.scale(-lr))
 
     def one(p, key):
@@ -582,9 +733,11 @@ def _run_fig3(keys, ps, model, d, n, n_steps, n_cont, batch, lr, weight_decay, x
 
         def test(prm):
             yhat, info = predict(prm, x)
-            res = dict(mse=jnp.mean((yhat - y) ** 2),
-                       weight_x0=jnp.mean(info["weights"][jnp.arange(n_test), n - 1 - dist]),
-                       sq_norm=sum(jnp.sum(w ** 2) for w in prm))
+            res = dict(
+                mse=jnp.mean((yhat - y) ** 2),
+                weight_x0=jnp.mean(info["weights"][jnp.arange(n_test), n - 1 - dist]),
+                sq_norm=sum(jnp.sum(w**2) for w in prm),
+            )
             for k in ("window", "iterations"):
                 if k in info:
                     res[k] = jnp.mean(info[k].astype(x.dtype))

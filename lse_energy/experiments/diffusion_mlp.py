@@ -207,8 +207,9 @@ def _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
     return params, opt_state, losses
 
 
-def fit(params: Params, data, schedule, optimizer, *, key, n_steps: int,
-            batch_size: int = 256, opt_state=None) -> core.FitResult:
+def fit(
+    params: Params, data, schedule, optimizer, *, key, n_steps: int, batch_size: int = 256, opt_state=None
+) -> core.FitResult:
     r"""Train :func:`epsilon` with the notes' training algorithm: each step draws a
     minibatch of training points (with replacement), :math:`t \sim \mathcal{U}\{1..T\}`,
     :math:`\epsilon \sim \mathcal{N}(0, I)`, and takes one optimizer step on
@@ -242,9 +243,7 @@ def fit(params: Params, data, schedule, optimizer, *, key, n_steps: int,
     n_steps = _validate.count("n_steps", n_steps, 1)
     batch_size = _validate.count("batch_size", batch_size, 1)
     if params.weights[-1].shape[1] != data.shape[1]:
-        raise ValueError(
-            f"params output dimension {params.weights[-1].shape[1]} != data dimension {data.shape[1]}"
-        )
+        raise ValueError(f"params output dimension {params.weights[-1].shape[1]} != data dimension {data.shape[1]}")
     if opt_state is None:
         opt_state = optimizer.init(params)
     p, s, losses = _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)

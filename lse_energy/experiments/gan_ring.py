@@ -59,21 +59,55 @@ import optax
 from lse_energy import core, gan
 from lse_energy.experiments import store
 
-__all__ = ["GAN", "LOSSES", "SIZE_KEYS", "REPLAY_STEPS", "EXPERIMENTS", "ring", "train_seed", "eval_grad_norms",
-           "rate_interval", "summary", "summary_losses", "replay_losses"]
+__all__ = [
+    "GAN",
+    "LOSSES",
+    "SIZE_KEYS",
+    "REPLAY_STEPS",
+    "EXPERIMENTS",
+    "ring",
+    "train_seed",
+    "eval_grad_norms",
+    "rate_interval",
+    "summary",
+    "summary_losses",
+    "replay_losses",
+]
 
 #: Settings of the full run.
-GAN = dict(seeds=list(range(40)), n_modes=8, radius=2.0, std=0.05, n_data=10_000, n_eval=2000, hidden=64,
-           learning_rate=1e-3, b1=0.5, batch_size=128, chunk=500, n_chunks=12, generator_loss="non_saturating",
-           n_std=3.0, min_fraction=0.02, keep_samples=300)
+GAN = dict(
+    seeds=list(range(40)),
+    n_modes=8,
+    radius=2.0,
+    std=0.05,
+    n_data=10_000,
+    n_eval=2000,
+    hidden=64,
+    learning_rate=1e-3,
+    b1=0.5,
+    batch_size=128,
+    chunk=500,
+    n_chunks=12,
+    generator_loss="non_saturating",
+    n_std=3.0,
+    min_fraction=0.02,
+    keep_samples=300,
+)
 #: Settings of the side-by-side run of the two generator losses; the full run's, but 10 seeds of 1000
 #: steps (sized to this session's compute), each trained with both losses (a cell is a seed and a loss), after
 #: a head start of ``head_start`` steps in which the discriminator alone trains against the initial generator
 #: (so that it rejects the fakes, the condition of the saturation proposition). The first chunk's per-step
 #: generator gradient norms and mean D(G(z)) are stored as means over blocks of ``early_block`` steps, for this
 #: run and for the first ``balanced_steps`` steps of a run without the head start (gan_ring's setting).
-LOSSES = dict({k: v for k, v in GAN.items() if k != "generator_loss"}, seeds=list(range(10)), n_chunks=2,
-              generator_losses=list(gan.GENERATOR_LOSSES), head_start=500, early_block=25, balanced_steps=100)
+LOSSES = dict(
+    {k: v for k, v in GAN.items() if k != "generator_loss"},
+    seeds=list(range(10)),
+    n_chunks=2,
+    generator_losses=list(gan.GENERATOR_LOSSES),
+    head_start=500,
+    early_block=25,
+    balanced_steps=100,
+)
 #: The settings a live (reduced) run may change; every other setting is the full run's.
 SIZE_KEYS = ("seeds", "n_chunks")
 #: Length of the replay trace.
@@ -86,8 +120,10 @@ REPLAY_STEPS = 25
 # --xla_cpu_max_isa=SSE4_2 and 3e-15 under AVX and the test suite's fast-compile flags. A learning rate
 # 1% off moves the losses by 3e-4 (the mean sample by 6e-2), a flipped sign of the step by O(1).
 _RTOL, _ATOL = 1e-9, 1e-12
-_REASON = ("float64 round-off of a reordered but identical program over 25 alternating Adam steps "
-           "(measured 3e-15 relative); a 1% change of the learning rate moves it by >= 3e-4")
+_REASON = (
+    "float64 round-off of a reordered but identical program over 25 alternating Adam steps "
+    "(measured 3e-15 relative); a 1% change of the learning rate moves it by >= 3e-4"
+)
 
 
 def ring(settings: dict):
@@ -110,8 +146,9 @@ def _adam(learning_rate, b1):
 
 def _init(settings, seed):
     h = settings["hidden"]
-    return gan.init_params(2, 2, key=jax.random.fold_in(jax.random.key(13), seed), generator_hidden=(h, h),
-                           discriminator_hidden=(h, h))
+    return gan.init_params(
+        2, 2, key=jax.random.fold_in(jax.random.key(13), seed), generator_hidden=(h, h), discriminator_hidden=(h, h)
+    )
 
 
 def _head_key(seed):
@@ -129,16 +166,32 @@ def _head_start(settings, seed, data):
     if not settings.get("head_start", 0):
         return p, None
     opt = optimizer(settings)
-    r = gan.fit(p, data, key=_head_key(seed), d_optimizer=opt, g_optimizer=opt, n_steps=settings["head_start"],
-                batch_size=settings["batch_size"], train_generator=False)
+    r = gan.fit(
+        p,
+        data,
+        key=_head_key(seed),
+        d_optimizer=opt,
+        g_optimizer=opt,
+        n_steps=settings["head_start"],
+        batch_size=settings["batch_size"],
+        train_generator=False,
+    )
     return r.params, r.extras.opt_state
 
 
 def _fit(settings, params, data, key, n_steps, opt_state=None):
     opt = optimizer(settings)
-    return gan.fit(params, data, key=key, d_optimizer=opt, g_optimizer=opt, n_steps=n_steps,
-                   batch_size=settings["batch_size"], generator_loss=settings["generator_loss"],
-                   opt_state=opt_state)
+    return gan.fit(
+        params,
+        data,
+        key=key,
+        d_optimizer=opt,
+        g_optimizer=opt,
+        n_steps=n_steps,
+        batch_size=settings["batch_size"],
+        generator_loss=settings["generator_loss"],
+        opt_state=opt_state,
+    )
 
 
 def train_seed(settings: dict, seed: int) -> dict:
@@ -156,8 +209,18 @@ def train_seed(settings: dict, seed: int) -> dict:
     s = settings
     centers, data, noise = ring(s)
     p, state = _head_start(s, seed, data)
-    out = dict(covered=[], high_quality=[], counts=[], samples=[], d_loss=[], g_loss=[], grad_norm=[],
-               fake_prob=[], eval_grad_norms=[], eval_fake_prob=[])
+    out = dict(
+        covered=[],
+        high_quality=[],
+        counts=[],
+        samples=[],
+        d_loss=[],
+        g_loss=[],
+        grad_norm=[],
+        fake_prob=[],
+        eval_grad_norms=[],
+        eval_fake_prob=[],
+    )
 
     def record(p):
         x = gan.generate(p, noise)
@@ -208,16 +271,26 @@ def replay(settings: dict, cell: dict) -> dict:
     """The first :data:`REPLAY_STEPS` steps of ``cell``'s seed: its losses and its mean sample on the noise."""
     _, data, noise = ring(settings)
     r = _fit(settings, _init(settings, cell["seed"]), data, _chunk_key(cell["seed"], 0), REPLAY_STEPS)
-    return dict(d_loss=np.asarray(r.energies), g_loss=np.asarray(r.extras.generator_loss),
-                sample_mean=np.asarray(jnp.mean(gan.generate(r.params, noise), axis=0)))
+    return dict(
+        d_loss=np.asarray(r.energies),
+        g_loss=np.asarray(r.extras.generator_loss),
+        sample_mean=np.asarray(jnp.mean(gan.generate(r.params, noise), axis=0)),
+    )
 
 
 def _cell(settings, cell, progress):
     del progress
     h = train_seed(settings, cell["seed"])
     keep = settings["keep_samples"]
-    result = dict(steps=h["steps"], covered=h["covered"], high_quality=h["high_quality"], counts=h["counts"],
-                  d_loss=h["d_loss"], g_loss=h["g_loss"], samples=np.round(h["samples"][-1][:keep], 4))
+    result = dict(
+        steps=h["steps"],
+        covered=h["covered"],
+        high_quality=h["high_quality"],
+        counts=h["counts"],
+        d_loss=h["d_loss"],
+        g_loss=h["g_loss"],
+        samples=np.round(h["samples"][-1][:keep], 4),
+    )
     trace = replay(settings, cell)
     trace.update(h["first"])  # the full run's own first steps
     return dict(result=result, trace=trace)
@@ -241,8 +314,9 @@ def summary(doc: dict) -> dict:
     n_modes)``, ``d_loss``, ``g_loss`` ``(seeds, n_chunks)``, ``samples`` ``(seeds, keep, 2)``;
     and ``steps`` ``(checkpoints,)``."""
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
-    out = {k: np.array([c[k] for c in cells]) for k in ("covered", "high_quality", "counts", "d_loss", "g_loss",
-                                                         "samples")}
+    out = {
+        k: np.array([c[k] for c in cells]) for k in ("covered", "high_quality", "counts", "d_loss", "g_loss", "samples")
+    }
     out["steps"] = np.asarray(cells[0]["steps"])
     return out
 
@@ -259,9 +333,12 @@ def replay_losses(settings: dict, cell: dict) -> dict:
     _, data, noise = ring(s)
     p, state = _head_start(s, cell["seed"], data)
     r = _fit(s, p, data, _chunk_key(cell["seed"], 0), REPLAY_STEPS, state)
-    return dict(d_loss=np.asarray(r.energies), g_loss=np.asarray(r.extras.generator_loss),
-                grad_norm=np.asarray(r.extras.generator_grad_norm),
-                sample_mean=np.asarray(jnp.mean(gan.generate(r.params, noise), axis=0)))
+    return dict(
+        d_loss=np.asarray(r.energies),
+        g_loss=np.asarray(r.extras.generator_loss),
+        grad_norm=np.asarray(r.extras.generator_grad_norm),
+        sample_mean=np.asarray(jnp.mean(gan.generate(r.params, noise), axis=0)),
+    )
 
 
 def _cell_losses(settings, cell, progress):
@@ -273,22 +350,45 @@ def _cell_losses(settings, cell, progress):
     _, data, _ = ring(s)
     r = _fit(s, _init(s, seed), data, _chunk_key(seed, 0), s["balanced_steps"])
     early = h["first_chunk"]
-    result = dict(steps=h["steps"], covered=h["covered"], high_quality=h["high_quality"], counts=h["counts"],
-                  d_loss=h["d_loss"], g_loss=h["g_loss"], grad_norm=h["grad_norm"], fake_prob=h["fake_prob"],
-                  eval_grad_norms=h["eval_grad_norms"], eval_fake_prob=h["eval_fake_prob"],
-                  samples=np.round(h["samples"][-1][:s["keep_samples"]], 4),
-                  early_steps=np.arange(s["chunk"] // b) * b,
-                  early_grad_norm=_blocks(early["grad_norm"], b), early_fake_prob=_blocks(early["fake_prob"], b),
-                  balanced_early_grad_norm=_blocks(r.extras.generator_grad_norm, b),
-                  balanced_early_fake_prob=_blocks(r.extras.fake_prob, b))
+    result = dict(
+        steps=h["steps"],
+        covered=h["covered"],
+        high_quality=h["high_quality"],
+        counts=h["counts"],
+        d_loss=h["d_loss"],
+        g_loss=h["g_loss"],
+        grad_norm=h["grad_norm"],
+        fake_prob=h["fake_prob"],
+        eval_grad_norms=h["eval_grad_norms"],
+        eval_fake_prob=h["eval_fake_prob"],
+        samples=np.round(h["samples"][-1][: s["keep_samples"]], 4),
+        early_steps=np.arange(s["chunk"] // b) * b,
+        early_grad_norm=_blocks(early["grad_norm"], b),
+        early_fake_prob=_blocks(early["fake_prob"], b),
+        balanced_early_grad_norm=_blocks(r.extras.generator_grad_norm, b),
+        balanced_early_fake_prob=_blocks(r.extras.fake_prob, b),
+    )
     trace = replay_losses(settings, cell)
     trace.update(h["first"], grad_norm=early["grad_norm"][:REPLAY_STEPS])  # the full run's own first steps
     return dict(result=result, trace=trace)
 
 
-_LOSS_FIELDS = ("covered", "high_quality", "counts", "d_loss", "g_loss", "samples", "grad_norm", "fake_prob",
-                "eval_grad_norms", "eval_fake_prob", "early_grad_norm", "early_fake_prob",
-                "balanced_early_grad_norm", "balanced_early_fake_prob")
+_LOSS_FIELDS = (
+    "covered",
+    "high_quality",
+    "counts",
+    "d_loss",
+    "g_loss",
+    "samples",
+    "grad_norm",
+    "fake_prob",
+    "eval_grad_norms",
+    "eval_fake_prob",
+    "early_grad_norm",
+    "early_fake_prob",
+    "balanced_early_grad_norm",
+    "balanced_early_fake_prob",
+)
 
 
 def summary_losses(doc: dict) -> dict:
@@ -317,6 +417,9 @@ def _seed_losses(s):
     return [dict(seed=k, loss=loss) for k in s["seeds"] for loss in s["generator_losses"]]
 
 
-EXPERIMENTS = [store.Experiment("gan_ring", "21_gans", GAN, _seeds, _cell, replay, _RTOL, _ATOL, _REASON),
-               store.Experiment("gan_ring_losses", "21_gans", LOSSES, _seed_losses, _cell_losses, replay_losses,
-                                _RTOL, _ATOL, _REASON)]
+EXPERIMENTS = [
+    store.Experiment("gan_ring", "21_gans", GAN, _seeds, _cell, replay, _RTOL, _ATOL, _REASON),
+    store.Experiment(
+        "gan_ring_losses", "21_gans", LOSSES, _seed_losses, _cell_losses, replay_losses, _RTOL, _ATOL, _REASON
+    ),
+]

@@ -61,18 +61,34 @@ import optax
 from lse_energy import gru
 from lse_energy.experiments import store
 
-__all__ = ["SETTINGS", "CONTINUATION", "REPLAY_EPOCHS", "EXPERIMENTS", "data", "init", "summary",
-           "continuation_summary"]
+__all__ = [
+    "SETTINGS",
+    "CONTINUATION",
+    "REPLAY_EPOCHS",
+    "EXPERIMENTS",
+    "data",
+    "init",
+    "summary",
+    "continuation_summary",
+]
 
 #: Settings of the full run (fixed before it).
-SETTINGS = dict(seeds=list(range(10)), n_epochs=120, checkpoint_epoch=90, n_train=1200, split_seed=0,
-                widths=dict(GRU=21, minGRU=75), learning_rate=1e-2, batch_size=64, shuffle_key_offset=1000,
-                method="parallel")
+SETTINGS = dict(
+    seeds=list(range(10)),
+    n_epochs=120,
+    checkpoint_epoch=90,
+    n_train=1200,
+    split_seed=0,
+    widths=dict(GRU=21, minGRU=75),
+    learning_rate=1e-2,
+    batch_size=64,
+    shuffle_key_offset=1000,
+    method="parallel",
+)
 MODELS = ("GRU", "minGRU")
 #: Settings of the continuation check (fixed before its run), the stored run's settings continued for
 #: ``extra_epochs`` more epochs from its final parameters and optimizer state; ``delta`` is the check's bound.
-CONTINUATION = dict(base=SETTINGS, seeds=list(range(5)), extra_epochs=120, continuation_key_offset=2000,
-                    delta=0.01)
+CONTINUATION = dict(base=SETTINGS, seeds=list(range(5)), extra_epochs=120, continuation_key_offset=2000, delta=0.01)
 #: Epochs in the replay trace.
 REPLAY_EPOCHS = 3
 # Float64 throughout. The replay is the full run's program compiled for a shorter epoch scan (and, in the
@@ -81,13 +97,17 @@ REPLAY_EPOCHS = 3
 # see the chapter's report; 1e-9 leaves orders of magnitude of room, while a changed learning rate or a
 # flipped sign moves the losses by >= 1e-3 and the logits by more.
 _RTOL, _ATOL = 1e-9, 1e-12
-_REASON = ("float64 round-off of the same training program compiled for 3 epochs instead of 120 (and under "
-           "other XLA flags/instruction sets), amplified over 54 Adam steps; measured <= 1e-12 relative; "
-           "result-changing edits move the trace by >= 1e-3")
+_REASON = (
+    "float64 round-off of the same training program compiled for 3 epochs instead of 120 (and under "
+    "other XLA flags/instruction sets), amplified over 54 Adam steps; measured <= 1e-12 relative; "
+    "result-changing edits move the trace by >= 1e-3"
+)
 
-_REASON_CONTINUATION = ("float64 round-off of the same two training calls compiled for 3 + 3 epochs instead of "
-                        "120 + 120 (and under other XLA flags/instruction sets), amplified over 108 Adam steps; "
-                        "measured <= 1e-12 relative; result-changing edits move the trace by >= 1e-3")
+_REASON_CONTINUATION = (
+    "float64 round-off of the same two training calls compiled for 3 + 3 epochs instead of "
+    "120 + 120 (and under other XLA flags/instruction sets), amplified over 108 Adam steps; "
+    "measured <= 1e-12 relative; result-changing edits move the trace by >= 1e-3"
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -103,9 +123,13 @@ def data(settings: dict):
     digits = load_digits()
     images, labels = digits.images / 16.0, digits.target
     order = np.random.default_rng(settings["split_seed"]).permutation(len(labels))
-    train, test = order[: settings["n_train"]], order[settings["n_train"]:]
-    return (jnp.asarray(images[train]), jnp.asarray(labels[train]), jnp.asarray(images[test]),
-            jnp.asarray(labels[test]))
+    train, test = order[: settings["n_train"]], order[settings["n_train"] :]
+    return (
+        jnp.asarray(images[train]),
+        jnp.asarray(labels[train]),
+        jnp.asarray(images[test]),
+        jnp.asarray(labels[test]),
+    )
 
 
 def init(settings: dict, model: str, seed: int):
@@ -116,14 +140,26 @@ def init(settings: dict, model: str, seed: int):
 
 def _fit(settings, model, seed, n_epochs, d):
     x_tr, y_tr, x_te, y_te = d
-    return gru.fit(init(settings, model, seed), x_tr, y_tr, key=jax.random.key(settings["shuffle_key_offset"] + seed),
-                   optimizer=_adam(settings["learning_rate"]), n_epochs=n_epochs, batch_size=settings["batch_size"],
-                   x_eval=x_te, y_eval=y_te, method=settings["method"])
+    return gru.fit(
+        init(settings, model, seed),
+        x_tr,
+        y_tr,
+        key=jax.random.key(settings["shuffle_key_offset"] + seed),
+        optimizer=_adam(settings["learning_rate"]),
+        n_epochs=n_epochs,
+        batch_size=settings["batch_size"],
+        x_eval=x_te,
+        y_eval=y_te,
+        method=settings["method"],
+    )
 
 
 def _curves(r) -> dict:
-    return dict(loss=np.asarray(r.energies), train_accuracy=np.asarray(r.extras.train_accuracy),
-                test_accuracy=np.asarray(r.extras.eval_accuracy))
+    return dict(
+        loss=np.asarray(r.energies),
+        train_accuracy=np.asarray(r.extras.train_accuracy),
+        test_accuracy=np.asarray(r.extras.eval_accuracy),
+    )
 
 
 def _replay(settings, cell):
@@ -141,8 +177,7 @@ def _cell(settings, cell, progress):
     c = settings["checkpoint_epoch"]
     for m in MODELS:
         cur = _curves(_fit(settings, m, cell["seed"], settings["n_epochs"], d))
-        result[m] = dict(final=float(cur["test_accuracy"][-1]), checkpoint=float(cur["test_accuracy"][c - 1]),
-                         **cur)
+        result[m] = dict(final=float(cur["test_accuracy"][-1]), checkpoint=float(cur["test_accuracy"][c - 1]), **cur)
         for k in ("loss", "train_accuracy", "test_accuracy"):  # the full run's own first epochs
             trace[m][k] = cur[k][:REPLAY_EPOCHS]
     return dict(result=result, trace=trace)
@@ -152,17 +187,32 @@ def summary(doc: dict) -> dict:
     """A stored ``gru_digits`` document as ``{model: {final, checkpoint: (seeds,), loss, train_accuracy,
     test_accuracy: (seeds, n_epochs)}}``, seeds in the order of the settings."""
     cells = [doc["cells"][store.cell_key(dict(seed=s))]["result"] for s in doc["settings"]["seeds"]]
-    return {m: {k: np.asarray([c[m][k] for c in cells], dtype=float)
-                for k in ("final", "checkpoint", "loss", "train_accuracy", "test_accuracy")} for m in MODELS}
+    return {
+        m: {
+            k: np.asarray([c[m][k] for c in cells], dtype=float)
+            for k in ("final", "checkpoint", "loss", "train_accuracy", "test_accuracy")
+        }
+        for m in MODELS
+    }
 
 
 def _continue(settings, model, seed, n_first, n_more, d):
     """Train ``model`` as the stored run does for ``n_first`` epochs, then ``n_more`` more from that state."""
     b = settings["base"]
     first = _fit(b, model, seed, n_first, d)
-    more = gru.fit(first.params, d[0], d[1], key=jax.random.key(settings["continuation_key_offset"] + seed),
-                   optimizer=_adam(b["learning_rate"]), n_epochs=n_more, batch_size=b["batch_size"],
-                   x_eval=d[2], y_eval=d[3], method=b["method"], opt_state=first.extras.opt_state)
+    more = gru.fit(
+        first.params,
+        d[0],
+        d[1],
+        key=jax.random.key(settings["continuation_key_offset"] + seed),
+        optimizer=_adam(b["learning_rate"]),
+        n_epochs=n_more,
+        batch_size=b["batch_size"],
+        x_eval=d[2],
+        y_eval=d[3],
+        method=b["method"],
+        opt_state=first.extras.opt_state,
+    )
     return first, more
 
 
@@ -171,8 +221,7 @@ def _replay_continuation(settings, cell):
     out = {}
     for m in MODELS:
         first, more = _continue(settings, m, cell["seed"], REPLAY_EPOCHS, REPLAY_EPOCHS, d)
-        out[m] = dict(first=_curves(first), more=_curves(more),
-                      logits=np.asarray(gru.logits(more.params, d[2][:8])))
+        out[m] = dict(first=_curves(first), more=_curves(more), logits=np.asarray(gru.logits(more.params, d[2][:8])))
     return out
 
 
@@ -183,8 +232,9 @@ def _cell_continuation(settings, cell, progress):
     for m in MODELS:
         first, more = _continue(settings, m, cell["seed"], n, settings["extra_epochs"], d)
         cur = _curves(more)
-        result[m] = dict(base=float(np.asarray(first.extras.eval_accuracy)[-1]),
-                         final=float(cur["test_accuracy"][-1]), **cur)
+        result[m] = dict(
+            base=float(np.asarray(first.extras.eval_accuracy)[-1]), final=float(cur["test_accuracy"][-1]), **cur
+        )
         for k, v in _curves(first).items():  # the full cell's own first epochs
             trace[m]["first"][k] = v[:REPLAY_EPOCHS]
     return dict(result=result, trace=trace)
@@ -195,14 +245,36 @@ def continuation_summary(doc: dict) -> dict:
     train_accuracy, test_accuracy: (seeds, extra_epochs)}}``: ``base`` the test accuracy after the stored
     run's epochs (recomputed), the curves those of the continued epochs; seeds in the order of the settings."""
     cells = [doc["cells"][store.cell_key(dict(seed=s))]["result"] for s in doc["settings"]["seeds"]]
-    return {m: {k: np.asarray([c[m][k] for c in cells], dtype=float)
-                for k in ("base", "final", "loss", "train_accuracy", "test_accuracy")} for m in MODELS}
+    return {
+        m: {
+            k: np.asarray([c[m][k] for c in cells], dtype=float)
+            for k in ("base", "final", "loss", "train_accuracy", "test_accuracy")
+        }
+        for m in MODELS
+    }
 
 
 EXPERIMENTS = [
-    store.Experiment("gru_digits", "15_gru", SETTINGS, lambda s: [dict(seed=k) for k in s["seeds"]], _cell,
-                     _replay, _RTOL, _ATOL, _REASON),
-    store.Experiment("gru_digits_continuation", "15_gru", CONTINUATION,
-                     lambda s: [dict(seed=k) for k in s["seeds"]], _cell_continuation, _replay_continuation,
-                     _RTOL, _ATOL, _REASON_CONTINUATION),
+    store.Experiment(
+        "gru_digits",
+        "15_gru",
+        SETTINGS,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell,
+        _replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    ),
+    store.Experiment(
+        "gru_digits_continuation",
+        "15_gru",
+        CONTINUATION,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell_continuation,
+        _replay_continuation,
+        _RTOL,
+        _ATOL,
+        _REASON_CONTINUATION,
+    ),
 ]

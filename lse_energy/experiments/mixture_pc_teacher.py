@@ -39,9 +39,26 @@ __all__ = ["SETTINGS", "EXPERIMENTS", "REPLAY_ROUNDS", "REPLAY_INFER", "problem"
 
 #: Settings of the stored run (the chapter's live illustration uses ``n_per`` and ``rounds`` smaller).
 SETTINGS = dict(
-    seeds=list(range(100)), K=4, m=1, H=16, d=2, n_per=100, rounds=400, infer_steps=50, learn_steps=20,
-    learning_rate=1e-2, infer_before=2000, teacher_scales=[1.5, 4.0, 1.0], student_output_scale=4.0,
-    latent_noise=0.1, obs_noise=0.2, centre_span=1.5, delta_frac=0.25, collapse_tol=0.1, closed_frac=0.9)
+    seeds=list(range(100)),
+    K=4,
+    m=1,
+    H=16,
+    d=2,
+    n_per=100,
+    rounds=400,
+    infer_steps=50,
+    learn_steps=20,
+    learning_rate=1e-2,
+    infer_before=2000,
+    teacher_scales=[1.5, 4.0, 1.0],
+    student_output_scale=4.0,
+    latent_noise=0.1,
+    obs_noise=0.2,
+    centre_span=1.5,
+    delta_frac=0.25,
+    collapse_tol=0.1,
+    closed_frac=0.9,
+)
 #: Size settings: the only ones a reduced (live) run may change.
 SIZE_KEYS = ("seeds", "n_per", "rounds")
 #: Rounds of the alternation in a replay trace.
@@ -57,9 +74,11 @@ REPLAY_INFER = 25
 # learning rate moves the trace by 1e0 relative, a flipped sign of the Adam step by 1e3, and an
 # observation noise of 0.21 for 0.2 by 1e0.
 _RTOL, _ATOL = 1e-9, 1e-12
-_REASON = ("float64 round-off of a reordered but identical program over 2 rounds of 50 inference and 20 Adam "
-           "steps (measured 2.4e-13 relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning "
-           "rate moves it by 1e0 relative")
+_REASON = (
+    "float64 round-off of a reordered but identical program over 2 rounds of 50 inference and 20 Adam "
+    "steps (measured 2.4e-13 relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning "
+    "rate moves it by 1e0 relative"
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -72,11 +91,18 @@ def problem(s: dict, seed: int) -> dict:
     """Teacher, data, cluster centres, student and initial latents of one seed (no training)."""
     k_teacher, k_data, k_student, k_mu = jax.random.split(jax.random.key(seed), 4)
     t_in, t_out, t_bias = s["teacher_scales"]
-    teacher = mpc.init_params(s["m"], s["H"], s["d"], key=k_teacher, input_scale=t_in, output_scale=t_out,
-                              bias_scale=t_bias)
-    data = mpc.sample(teacher, s["K"], s["n_per"], key=k_data, latent_noise=s["latent_noise"],
-                      obs_noise=s["obs_noise"],
-                      latent_centres=jnp.linspace(-s["centre_span"], s["centre_span"], s["K"])[:, None])
+    teacher = mpc.init_params(
+        s["m"], s["H"], s["d"], key=k_teacher, input_scale=t_in, output_scale=t_out, bias_scale=t_bias
+    )
+    data = mpc.sample(
+        teacher,
+        s["K"],
+        s["n_per"],
+        key=k_data,
+        latent_noise=s["latent_noise"],
+        obs_noise=s["obs_noise"],
+        latent_centres=jnp.linspace(-s["centre_span"], s["centre_span"], s["K"])[:, None],
+    )
     X = data.x
     centres = jnp.stack([X[data.labels == k].mean(0) for k in range(s["K"])])
     c = np.asarray(centres)
@@ -121,12 +147,26 @@ def run_seed(s: dict, seed: int, n_rounds: int | None = None, progress: bool = F
     pr = problem(s, seed)
     X = pr["X"]
     before = mpc.infer(pr["student"], X, pr["mu0"], n_steps=s["infer_before"])
-    fit = mpc.fit(pr["student"], X, before.mu, optimizer=_adam(s["learning_rate"]),
-                  n_rounds=s["rounds"] if n_rounds is None else n_rounds, infer_steps=s["infer_steps"],
-                  learn_steps=s["learn_steps"], progress=progress)
+    fit = mpc.fit(
+        pr["student"],
+        X,
+        before.mu,
+        optimizer=_adam(s["learning_rate"]),
+        n_rounds=s["rounds"] if n_rounds is None else n_rounds,
+        infer_steps=s["infer_steps"],
+        learn_steps=s["learn_steps"],
+        progress=progress,
+    )
     ref = mpc.infer(pr["teacher"], X, pr["data"].latent_centres, n_steps=s["infer_before"])
-    out = dict(pr, before=before, fit=fit, ref=ref, E_before=float(before.energy[-1]),
-               E_after=float(fit.energies[-1]), E_teacher=float(ref.energy[-1]))
+    out = dict(
+        pr,
+        before=before,
+        fit=fit,
+        ref=ref,
+        E_before=float(before.energy[-1]),
+        E_after=float(fit.energies[-1]),
+        E_teacher=float(ref.energy[-1]),
+    )
     out["closed"] = (out["E_before"] - out["E_after"]) / (out["E_before"] - out["E_teacher"])
     out["rec_before"] = _worst_recovery(pr["centres"], pr["student"], before.mu)
     out["rec_after"] = _worst_recovery(pr["centres"], fit.params, fit.extras.mu)
@@ -136,8 +176,11 @@ def run_seed(s: dict, seed: int, n_rounds: int | None = None, progress: bool = F
 
 def _trace(r) -> dict:
     ex = r["fit"].extras
-    return dict(infer_only=np.asarray(r["before"].energy)[:REPLAY_INFER + 1],
-                infer=np.asarray(ex.infer_energy)[:REPLAY_ROUNDS], learn=np.asarray(ex.learn_energy)[:REPLAY_ROUNDS])
+    return dict(
+        infer_only=np.asarray(r["before"].energy)[: REPLAY_INFER + 1],
+        infer=np.asarray(ex.infer_energy)[:REPLAY_ROUNDS],
+        learn=np.asarray(ex.learn_energy)[:REPLAY_ROUNDS],
+    )
 
 
 def _replay(s, cell):
@@ -152,14 +195,23 @@ def _cell(s, cell, progress):
     trace["infer"], trace["learn"] = full["infer"], full["learn"]
     assert np.array_equal(trace["infer_only"], full["infer_only"])  # the identical program
     result = dict(
-        gap=r["gap"], E_before=r["E_before"], E_after=r["E_after"], E_teacher=r["E_teacher"], closed=r["closed"],
-        rec_before=r["rec_before"], rec_after=r["rec_after"], monotone=r["monotone"],
-        centres=np.asarray(r["centres"]), mu_before=np.asarray(r["before"].mu),
-        params={k: np.asarray(v) for k, v in r["fit"].params._asdict().items()}, mu_after=np.asarray(ex.mu),
+        gap=r["gap"],
+        E_before=r["E_before"],
+        E_after=r["E_after"],
+        E_teacher=r["E_teacher"],
+        closed=r["closed"],
+        rec_before=r["rec_before"],
+        rec_after=r["rec_after"],
+        monotone=r["monotone"],
+        centres=np.asarray(r["centres"]),
+        mu_before=np.asarray(r["before"].mu),
+        params={k: np.asarray(v) for k, v in r["fit"].params._asdict().items()},
+        mu_after=np.asarray(ex.mu),
         # the energy every 10 inference-only steps, then after each inference and each learning phase
         curve_before=np.asarray(r["before"].energy)[::10],
         curve_rounds=np.stack([np.asarray(ex.infer_energy)[:, -1], np.asarray(ex.learn_energy)[:, -1]], 1),
-        **_diagnose(s, r["centres"], r["fit"].params, ex.mu))
+        **_diagnose(s, r["centres"], r["fit"].params, ex.mu),
+    )
     return dict(result=result, trace=trace)
 
 
@@ -177,9 +229,21 @@ def summary(doc: dict) -> dict:
 
     s = doc["settings"]
     res = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in s["seeds"]]
-    out = {k: np.asarray([r[k] for r in res]) for k in (
-        "closed", "rec_before", "rec_after", "gap", "E_before", "E_after", "E_teacher", "monotone", "collapsed",
-        "shared")}
+    out = {
+        k: np.asarray([r[k] for r in res])
+        for k in (
+            "closed",
+            "rec_before",
+            "rec_after",
+            "gap",
+            "E_before",
+            "E_after",
+            "E_teacher",
+            "monotone",
+            "collapsed",
+            "shared",
+        )
+    }
     delta = s["delta_frac"] * out["gap"]
     out["missed_before"] = out["rec_before"] > delta
     out["recovered"] = out["rec_after"] < delta
@@ -193,6 +257,15 @@ def summary(doc: dict) -> dict:
 
 
 EXPERIMENTS = [
-    store.Experiment("mixture_pc_teacher", "04_mixture_predictive_coding", SETTINGS,
-                     lambda s: [dict(seed=k) for k in s["seeds"]], _cell, _replay, _RTOL, _ATOL, _REASON),
+    store.Experiment(
+        "mixture_pc_teacher",
+        "04_mixture_predictive_coding",
+        SETTINGS,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell,
+        _replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    )
 ]

@@ -32,19 +32,36 @@ import numpy as np
 from lse_energy import lif, population
 from lse_energy.experiments import store
 
-__all__ = ["SCALING", "EXPERIMENTS", "scaling_errors", "scaling_summary", "reference_sigma", "slopes",
-           "mean_kernel", "ridge_prediction", "ridge_equivalent"]
+__all__ = [
+    "SCALING",
+    "EXPERIMENTS",
+    "scaling_errors",
+    "scaling_summary",
+    "reference_sigma",
+    "slopes",
+    "mean_kernel",
+    "ridge_prediction",
+    "ridge_equivalent",
+]
 
 #: Settings of ``population_scaling``.
-SCALING = dict(seeds=list(range(20)), sizes=[8, 16, 32, 64, 128, 256, 512, 1024], n_points=201,
-               key=100, sigma_ref=dict(n_neurons=30, key=0, frac=0.1), fit_from=64)
+SCALING = dict(
+    seeds=list(range(20)),
+    sizes=[8, 16, 32, 64, 128, 256, 512, 1024],
+    n_points=201,
+    key=100,
+    sigma_ref=dict(n_neurons=30, key=0, frac=0.1),
+    fit_from=64,
+)
 # Float64. The replay evaluates the same jitted function on the same inputs (the full run evaluates all
 # sizes in one vmapped call, the replay two of them), so only the fusion and instruction set change the
 # order of operations in a 1024 x 1024 solve. Measured: 0 natively, <= 2e-13 relative under SSE4.2, AVX and
 # the fast-compile flags; 1e-9 leaves room, while a 1% change of sigma moves the trace by >= 1e-3.
 _RTOL, _ATOL = 1e-9, 1e-15
-_REASON = ("float64 round-off of the same ridge solve compiled differently (measured <= 2e-13 relative under "
-           "SSE4.2, AVX and fast-compile flags); a 1% change of sigma moves the trace by >= 1e-3")
+_REASON = (
+    "float64 round-off of the same ridge solve compiled differently (measured <= 2e-13 relative under "
+    "SSE4.2, AVX and fast-compile flags); a 1% change of sigma moves the trace by >= 1e-3"
+)
 
 
 def _stimuli(n_points):
@@ -118,8 +135,13 @@ def scaling_summary(doc: dict, fit_from: int | None = None) -> dict:
         sl = slopes(s["sizes"], e, fit_from)
         n = len(sl)
         half = stats.t.ppf(0.975, n - 1) * sl.std(ddof=1) / np.sqrt(n)
-        out[k] = dict(errors=e, slopes=sl, mean=float(sl.mean()), ci=(float(sl.mean() - half),
-                      float(sl.mean() + half)), range=(float(sl.min()), float(sl.max())))
+        out[k] = dict(
+            errors=e,
+            slopes=sl,
+            mean=float(sl.mean()),
+            ci=(float(sl.mean() - half), float(sl.mean() + half)),
+            range=(float(sl.min()), float(sl.max())),
+        )
     return out
 
 
@@ -209,6 +231,15 @@ def ridge_equivalent(kernel, target, lam: float, sizes) -> dict:
 
 
 EXPERIMENTS = [
-    store.Experiment("population_scaling", "20_population_coding", SCALING,
-                     lambda s: [dict(seed=k) for k in s["seeds"]], _cell, _replay, _RTOL, _ATOL, _REASON),
+    store.Experiment(
+        "population_scaling",
+        "20_population_coding",
+        SCALING,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell,
+        _replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    )
 ]

@@ -33,8 +33,17 @@ from lse_energy.experiments import store
 __all__ = ["DIGITS", "CHUNK", "EXPERIMENTS", "binarised_digits", "split", "train", "digits_summary"]
 
 #: Settings of ``rbm_digits``.
-DIGITS = dict(seeds=list(range(5)), n_hidden=20, n_epochs=500, n_train=1500, threshold=8, batch_size=20,
-              learning_rate=0.05, k=1, init_scale=0.01)
+DIGITS = dict(
+    seeds=list(range(5)),
+    n_hidden=20,
+    n_epochs=500,
+    n_train=1500,
+    threshold=8,
+    batch_size=20,
+    learning_rate=0.05,
+    k=1,
+    init_scale=0.01,
+)
 #: Epochs between two exact evaluations (and between two keys).
 CHUNK = 50
 # Float64. The replay runs the first chunk of the full run: the same jitted program on the same inputs,
@@ -45,9 +54,11 @@ CHUNK = 50
 # 0 natively, 1.3e-13 relative under SSE4.2, AVX and the fast-compile flags; a 1% larger learning
 # rate moves the trace by 9e-3 relative.
 _RTOL, _ATOL = 1e-9, 1e-12
-_REASON = ("float64 round-off of the identical first chunk compiled with other flags (measured 1.3e-13 "
-           "relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning rate moves it by 9e-3, "
-           "a threshold of 9 for 8 by 0.2")
+_REASON = (
+    "float64 round-off of the identical first chunk compiled with other flags (measured 1.3e-13 "
+    "relative under SSE4.2, AVX and fast-compile flags); a 1% larger learning rate moves it by 9e-3, "
+    "a threshold of 9 for 8 by 0.2"
+)
 
 
 def binarised_digits(threshold: int) -> np.ndarray:
@@ -62,7 +73,7 @@ def split(s: dict, seed: int):
     """``(train, test)`` of one seed."""
     digits = binarised_digits(s["threshold"])
     order = np.random.default_rng(seed).permutation(len(digits))
-    return digits[order[: s["n_train"]]], digits[order[s["n_train"]:]]
+    return digits[order[: s["n_train"]]], digits[order[s["n_train"] :]]
 
 
 def train(s: dict, seed: int, n_epochs: int | None = None, progress: bool = False) -> dict:
@@ -89,15 +100,21 @@ def train(s: dict, seed: int, n_epochs: int | None = None, progress: bool = Fals
         chunks = tqdm(chunks, desc=f"seed {seed} (chunks of {CHUNK} epochs)", leave=False)
     for epoch in chunks:
         key, sub = jax.random.split(key)
-        res = rbm.fit(p, tr, key=sub, n_epochs=CHUNK, batch_size=s["batch_size"],
-                      learning_rate=s["learning_rate"], k=s["k"])
+        res = rbm.fit(
+            p, tr, key=sub, n_epochs=CHUNK, batch_size=s["batch_size"], learning_rate=s["learning_rate"], k=s["k"]
+        )
         p = res.params
         if first is None:
             first = dict(recon=np.asarray(res.extras.reconstruction_error), free_energy=np.asarray(res.energies))
         log_z = rbm.log_partition(p, over="hidden")
-        curve.append((epoch + CHUNK, float(jnp.mean(rbm.log_likelihood(p, tr, log_z=log_z))),
-                      float(jnp.mean(rbm.log_likelihood(p, te, log_z=log_z))),
-                      float(res.extras.reconstruction_error[-1])))
+        curve.append(
+            (
+                epoch + CHUNK,
+                float(jnp.mean(rbm.log_likelihood(p, tr, log_z=log_z))),
+                float(jnp.mean(rbm.log_likelihood(p, te, log_z=log_z))),
+                float(res.extras.reconstruction_error[-1]),
+            )
+        )
     return dict(params=p, curve=np.asarray(curve), first=first, ll_indep=ll_indep, train=tr, test=te)
 
 
@@ -109,9 +126,13 @@ def _replay(s, cell):
 def _cell(s, cell, progress):
     r = train(s, cell["seed"], progress=progress)
     trace = dict(r["first"], ll_test=r["curve"][0, 2])  # the full run's own first chunk
-    result = dict(curve=r["curve"], ll_indep=r["ll_indep"], ll_test=float(r["curve"][-1, 2]),
-                  ll_train=float(r["curve"][-1, 1]),
-                  params={k: np.asarray(v) for k, v in r["params"]._asdict().items()})
+    result = dict(
+        curve=r["curve"],
+        ll_indep=r["ll_indep"],
+        ll_test=float(r["curve"][-1, 2]),
+        ll_train=float(r["curve"][-1, 1]),
+        params={k: np.asarray(v) for k, v in r["params"]._asdict().items()},
+    )
     return dict(result=result, trace=trace)
 
 
@@ -131,12 +152,27 @@ def digits_summary(doc: dict) -> dict:
     diff = ll_test - ll_indep
     half = stats.t.ppf(0.975, len(diff) - 1) * diff.std(ddof=1) / np.sqrt(len(diff))
     params = [rbm.Params(*(jnp.asarray(r["params"][k]) for k in ("W", "b", "c"))) for r in res]
-    return dict(ll_test=ll_test, ll_indep=ll_indep, diff=diff, diff_mean=float(diff.mean()),
-                diff_ci=(float(diff.mean() - half), float(diff.mean() + half)),
-                curves=np.asarray([r["curve"] for r in res]), params=params)
+    return dict(
+        ll_test=ll_test,
+        ll_indep=ll_indep,
+        diff=diff,
+        diff_mean=float(diff.mean()),
+        diff_ci=(float(diff.mean() - half), float(diff.mean() + half)),
+        curves=np.asarray([r["curve"] for r in res]),
+        params=params,
+    )
 
 
 EXPERIMENTS = [
-    store.Experiment("rbm_digits", "10_rbm", DIGITS, lambda s: [dict(seed=k) for k in s["seeds"]], _cell,
-                     _replay, _RTOL, _ATOL, _REASON),
+    store.Experiment(
+        "rbm_digits",
+        "10_rbm",
+        DIGITS,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell,
+        _replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    )
 ]

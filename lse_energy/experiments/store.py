@@ -139,9 +139,16 @@ def provenance() -> dict:
         except ImportError:
             pass
     dev = jax.devices()[0]
-    return dict(commit=commit, versions=versions, device=f"{dev.platform}: {dev.device_kind}",
-                n_devices=jax.device_count(), cpu_count=os.cpu_count(), machine=platform.machine(),
-                xla_flags=os.environ.get("XLA_FLAGS", ""), x64=bool(jax.config.jax_enable_x64))
+    return dict(
+        commit=commit,
+        versions=versions,
+        device=f"{dev.platform}: {dev.device_kind}",
+        n_devices=jax.device_count(),
+        cpu_count=os.cpu_count(),
+        machine=platform.machine(),
+        xla_flags=os.environ.get("XLA_FLAGS", ""),
+        x64=bool(jax.config.jax_enable_x64),
+    )
 
 
 def load(name: str, data_dir) -> dict:
@@ -175,8 +182,10 @@ def _compare(stored, fresh, rtol: float, atol: float) -> str | None:
         bad = ~(np.abs(a - b) <= atol + rtol * np.abs(a))
         if bad.any():
             i = np.unravel_index(np.argmax(bad), a.shape)
-            return (f"trace {k!r} differs at {tuple(int(j) for j in i)}: stored {a[i]!r}, replayed {b[i]!r} "
-                    f"({int(bad.sum())} of {a.size} entries outside rtol={rtol:g}, atol={atol:g})")
+            return (
+                f"trace {k!r} differs at {tuple(int(j) for j in i)}: stored {a[i]!r}, replayed {b[i]!r} "
+                f"({int(bad.sum())} of {a.size} entries outside rtol={rtol:g}, atol={atol:g})"
+            )
     return None
 
 
@@ -197,8 +206,10 @@ def replay_mismatch(exp: Experiment, stored: dict, cell: Mapping | None = None) 
     why = _compare(entry["trace"], fresh, exp.replay_rtol, exp.replay_atol)
     if why is None:
         return None
-    return (f"{exp.name} (cell {key}): the current code no longer reproduces the stored run: {why}. "
-            f"Rerun it: `nox -s experiments -- --only {exp.name}`")
+    return (
+        f"{exp.name} (cell {key}): the current code no longer reproduces the stored run: {why}. "
+        f"Rerun it: `nox -s experiments -- --only {exp.name}`"
+    )
 
 
 def _write(path: pathlib.Path, doc: dict) -> None:
@@ -207,8 +218,14 @@ def _write(path: pathlib.Path, doc: dict) -> None:
     os.replace(tmp, path)
 
 
-def run(exp: Experiment, out_dir, *, settings: Mapping | None = None, progress: bool = False,
-        log: Callable[[str], None] = print) -> dict:
+def run(
+    exp: Experiment,
+    out_dir,
+    *,
+    settings: Mapping | None = None,
+    progress: bool = False,
+    log: Callable[[str], None] = print,
+) -> dict:
     """Run every cell of ``exp`` not yet stored in ``<out_dir>/<name>.json``; returns the stored document.
 
     ``settings`` overrides ``exp.settings`` (for tests and pilots; a chapter
@@ -250,9 +267,14 @@ def _run(exp, out_dir, settings, progress, log):
             t0 = time.perf_counter()
             out = exp.run_cell(s, dict(c), progress)
             seconds = time.perf_counter() - t0
-            doc["cells"][k] = dict(cell=c, result=_jsonable(out["result"]), trace=_jsonable(out["trace"]),
-                                   seconds=seconds, finished=datetime.datetime.now(datetime.UTC).isoformat(
-                                       timespec="seconds"), **provenance())
+            doc["cells"][k] = dict(
+                cell=c,
+                result=_jsonable(out["result"]),
+                trace=_jsonable(out["trace"]),
+                seconds=seconds,
+                finished=datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                **provenance(),
+            )
             doc["cells"] = {kk: doc["cells"][kk] for kk in keys if kk in doc["cells"]}  # registry order
             doc["seconds"] = sum(v["seconds"] for v in doc["cells"].values())
             doc["complete"] = len(doc["cells"]) == len(keys)

@@ -45,6 +45,7 @@ __all__ = [
     "ToyRun",
 ]
 
+
 class MultiHopTask(NamedTuple):
     r"""The generative model of the multi-hop toy task (Fig. 2).
 
@@ -136,8 +137,11 @@ def _init_toy(model, key, d, d_k):
     s = 1.0 / math.sqrt(d)
 
     def head(k3, dv):
-        return multihop.Params(wq=s * core.random_normal(k3[0], (d_k, d)), wk=s * core.random_normal(k3[1], (d_k, d)),
-                              wv=s * core.random_normal(k3[2], (dv, d)))
+        return multihop.Params(
+            wq=s * core.random_normal(k3[0], (d_k, d)),
+            wk=s * core.random_normal(k3[1], (d_k, d)),
+            wv=s * core.random_normal(k3[2], (dv, d)),
+        )
 
     if model == "two_layer":
         return (head(ks[:3], d), head(ks[3:], 1))
@@ -207,9 +211,21 @@ def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     return params, losses
 
 
-def run_multihop_experiment(model: str, seeds, *, optimizer, n_steps: int = 400, batch: int = 64,
-                            n_nodes: int = 8, d: int = 8, d_k: int = 8, rank: int = 2,
-                            strength: float = 3.0, n_test: int = 2048, progress: bool = False) -> ToyRun:
+def run_multihop_experiment(
+    model: str,
+    seeds,
+    *,
+    optimizer,
+    n_steps: int = 400,
+    batch: int = 64,
+    n_nodes: int = 8,
+    d: int = 8,
+    d_k: int = 8,
+    rank: int = 2,
+    strength: float = 3.0,
+    n_test: int = 2048,
+    progress: bool = False,
+) -> ToyRun:
     r"""Train ``model`` on the multi-hop task once per seed (vmapped, jitted).
 
     Each seed draws its own task (:func:`make_multihop_task`), initial
@@ -227,19 +243,45 @@ def run_multihop_experiment(model: str, seeds, *, optimizer, n_steps: int = 400,
         callback changes how XLA fuses the loop body, so results agree with
         ``progress=False`` to round-off, not bit for bit).
     """
-    return run_multihop_experiments((model,), seeds, optimizer=optimizer, n_steps=n_steps, batch=batch,
-                                    n_nodes=n_nodes, d=d, d_k=d_k, rank=rank, strength=strength,
-                                    n_test=n_test, progress=progress)[model]
+    return run_multihop_experiments(
+        (model,),
+        seeds,
+        optimizer=optimizer,
+        n_steps=n_steps,
+        batch=batch,
+        n_nodes=n_nodes,
+        d=d,
+        d_k=d_k,
+        rank=rank,
+        strength=strength,
+        n_test=n_test,
+        progress=progress,
+    )[model]
 
 
 # The single-head models as one family, A(P) = c_0 I + c_1 P + c_2 P^2 (see hop_matrix).
-_HOP_COEFFS = {"one_layer": (0.0, 1.0, 0.0), "multihop_paper": (0.0, 1.0, 1.0),
-               "multihop_code": (1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0)}
+_HOP_COEFFS = {
+    "one_layer": (0.0, 1.0, 0.0),
+    "multihop_paper": (0.0, 1.0, 1.0),
+    "multihop_code": (1.0 / 3.0, 1.0 / 3.0, 1.0 / 3.0),
+}
 
 
-def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, batch: int = 64,
-                             n_nodes: int = 8, d: int = 8, d_k: int = 8, rank: int = 2,
-                             strength: float = 3.0, n_test: int = 2048, progress: bool = False) -> dict:
+def run_multihop_experiments(
+    models,
+    seeds,
+    *,
+    optimizer,
+    n_steps: int = 400,
+    batch: int = 64,
+    n_nodes: int = 8,
+    d: int = 8,
+    d_k: int = 8,
+    rank: int = 2,
+    strength: float = 3.0,
+    n_test: int = 2048,
+    progress: bool = False,
+) -> dict:
     r""":func:`run_multihop_experiment` for several models at once; returns ``{model: ToyRun}``.
 
     The single-head models share their parameter shapes and differ only in
@@ -257,8 +299,15 @@ def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, ba
     seeds = np.asarray(seeds)
     if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
         raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {seeds!r}")
-    for name, val, low in (("n_steps", n_steps, 1), ("batch", batch, 1), ("n_nodes", n_nodes, 3), ("d", d, 2),
-                           ("d_k", d_k, 1), ("rank", rank, 1), ("n_test", n_test, 1)):
+    for name, val, low in (
+        ("n_steps", n_steps, 1),
+        ("batch", batch, 1),
+        ("n_nodes", n_nodes, 3),
+        ("d", d, 2),
+        ("d_k", d_k, 1),
+        ("rank", rank, 1),
+        ("n_test", n_test, 1),
+    ):
         _validate.count(name, val, low)
     if 2 * rank > d:
         raise ValueError(f"rank must satisfy 2 * rank <= d; got rank={rank}, d={d}")
@@ -277,8 +326,12 @@ def run_multihop_experiments(models, seeds, *, optimizer, n_steps: int = 400, ba
             run = jax.block_until_ready(_run_mh(keys, jnp.zeros((1, 3)), "two_layer", *args, every))
         out["two_layer"] = jax.tree_util.tree_map(lambda a: a[0], run)
     for m, r in out.items():
-        _validate.require_finite(f"run_multihop_experiments ({m})", r, steps=jnp.moveaxis(r.curve, -1, 0),
-                            hint="lower the optimizer's learning rate")
+        _validate.require_finite(
+            f"run_multihop_experiments ({m})",
+            r,
+            steps=jnp.moveaxis(r.curve, -1, 0),
+            hint="lower the optimizer's learning rate",
+        )
     return {m: out[m] for m in models}
 
 
@@ -293,8 +346,7 @@ def _predict_mh_coeffs(c, params, x, query):
 
 
 @partial(jax.jit, static_argnums=tuple(range(2, 13)))
-def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank, strength, n_test,
-            report_every=0):
+def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank, strength, n_test, report_every=0):
     def one(c, key):
         kt, ki, kd, ke = jax.random.split(key, 4)
         task = _make_multihop_task(kt, d, rank, strength)
@@ -309,8 +361,14 @@ def _run_mh(keys, coeffs, kind, optimizer, n_steps, batch, n_nodes, d, d_k, rank
             x, y, pos = _sample_multihop(task, k, n_nodes, batch)
             return jnp.mean((predict(p, x, pos[:, 2]) - y) ** 2) / var
 
-        params, curve = _train(loss, _init_toy("two_layer" if kind == "two_layer" else "one_layer", ki, d, d_k),
-                               kd, optimizer, n_steps, report_every)
+        params, curve = _train(
+            loss,
+            _init_toy("two_layer" if kind == "two_layer" else "one_layer", ki, d, d_k),
+            kd,
+            optimizer,
+            n_steps,
+            report_every,
+        )
         x, y, pos = _sample_multihop(task, ke, n_nodes, n_test)
         final = jnp.mean((predict(params, x, pos[:, 2]) - y) ** 2) / var
         return params, curve, final
@@ -382,8 +440,9 @@ def _sample_expanding(task, key, n, batch, p):
     return x, x1 @ task.w_y, dist
 
 
-def predict_expanding_task(model: str, params, x, *, alpha0=1.0, beta0=1.0, eps=1e-2,
-                           tol=1e-3, max_steps=100, max_window=None):
+def predict_expanding_task(
+    model: str, params, x, *, alpha0=1.0, beta0=1.0, eps=1e-2, tol=1e-3, max_steps=100, max_window=None
+):
     r"""Prediction of ``"self"`` or ``"expanding"`` attention read out at the last token.
 
     Both use one head ``params`` with ``wq``, ``wk`` and ``wv: (1, d)``
@@ -406,8 +465,9 @@ def predict_expanding_task(model: str, params, x, *, alpha0=1.0, beta0=1.0, eps=
         return _predict_self(params, x), None
     if isinstance(params, multihop.Params):  # one head of init_toy: the same three projections
         params = expanding.Params(*params)
-    res = expanding.attention(params, x, alpha0=alpha0, beta0=beta0, eps=eps, tol=tol, max_steps=max_steps,
-                              max_window=max_window)
+    res = expanding.attention(
+        params, x, alpha0=alpha0, beta0=beta0, eps=eps, tol=tol, max_steps=max_steps, max_window=max_window
+    )
     return res.output[:, 0], res
 
 
@@ -425,10 +485,27 @@ def _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_steps):
     return res.output[:, 0], res
 
 
-def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int = 300, batch: int = 32,
-                             n: int = 64, d: int = 10, d_k: int = 8, rank: int = 2, strength: float = 3.0,
-                             alpha0=1.0, beta0=1.0, eps: float = 1e-2, tol: float = 1e-3, max_steps: int = 100,
-                             n_test: int = 1024, progress: bool = False):
+def run_expanding_experiment(
+    model: str,
+    seeds,
+    ps,
+    *,
+    optimizer,
+    n_steps: int = 300,
+    batch: int = 32,
+    n: int = 64,
+    d: int = 10,
+    d_k: int = 8,
+    rank: int = 2,
+    strength: float = 3.0,
+    alpha0=1.0,
+    beta0=1.0,
+    eps: float = 1e-2,
+    tol: float = 1e-3,
+    max_steps: int = 100,
+    n_test: int = 1024,
+    progress: bool = False,
+):
     r"""Train ``"self"`` or ``"expanding"`` attention on the expanding task for every (p, seed).
 
     Vmapped over ``ps`` and ``seeds`` (one compilation per shape). Every
@@ -453,8 +530,16 @@ def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int =
     ps = np.asarray(ps, dtype=float)
     if ps.ndim != 1 or ps.size == 0 or not np.all((ps > 0) & (ps <= 1)):
         raise ValueError(f"ps must be a non-empty 1-D sequence in (0, 1]; got {ps!r}")
-    for name, val, low in (("n_steps", n_steps, 1), ("batch", batch, 1), ("n", n, 2), ("d", d, 2),
-                           ("d_k", d_k, 1), ("rank", rank, 1), ("n_test", n_test, 1), ("max_steps", max_steps, 0)):
+    for name, val, low in (
+        ("n_steps", n_steps, 1),
+        ("batch", batch, 1),
+        ("n", n, 2),
+        ("d", d, 2),
+        ("d_k", d_k, 1),
+        ("rank", rank, 1),
+        ("n_test", n_test, 1),
+        ("max_steps", max_steps, 0),
+    ):
         _validate.count(name, val, low)
     if 2 * rank > d:
         raise ValueError(f"rank must satisfy 2 * rank <= d; got rank={rank}, d={d}")
@@ -464,16 +549,57 @@ def run_expanding_experiment(model: str, seeds, ps, *, optimizer, n_steps: int =
     eps = _validate.open_unit("eps", eps)
     with _progress.bar(progress, n_steps, f"training {model} attention") as every:
         run, stats = jax.block_until_ready(
-            _run_ex(keys, jnp.asarray(ps), model, optimizer, n_steps, batch, n, d, d_k, rank, float(strength),
-                    float(alpha0), float(beta0), eps, float(tol), max_steps, n_test, every))
-    _validate.require_finite(f"run_expanding_experiment ({model})", run, steps=jnp.moveaxis(run.curve, -1, 0),
-                        hint="lower the optimizer's learning rate")
+            _run_ex(
+                keys,
+                jnp.asarray(ps),
+                model,
+                optimizer,
+                n_steps,
+                batch,
+                n,
+                d,
+                d_k,
+                rank,
+                float(strength),
+                float(alpha0),
+                float(beta0),
+                eps,
+                float(tol),
+                max_steps,
+                n_test,
+                every,
+            )
+        )
+    _validate.require_finite(
+        f"run_expanding_experiment ({model})",
+        run,
+        steps=jnp.moveaxis(run.curve, -1, 0),
+        hint="lower the optimizer's learning rate",
+    )
     return run, (stats if model == "expanding" else None)
 
 
 @partial(jax.jit, static_argnums=tuple(range(2, 18)))
-def _run_ex(keys, ps, model, optimizer, n_steps, batch, n, d, d_k, rank, strength, alpha0, beta0, eps, tol,
-            max_steps, n_test, report_every=0):
+def _run_ex(
+    keys,
+    ps,
+    model,
+    optimizer,
+    n_steps,
+    batch,
+    n,
+    d,
+    d_k,
+    rank,
+    strength,
+    alpha0,
+    beta0,
+    eps,
+    tol,
+    max_steps,
+    n_test,
+    report_every=0,
+):
     def one(p, key):
         kt, ki, kd, ke = jax.random.split(key, 4)
         mt = _make_multihop_task(kt, d, rank, strength)
@@ -487,8 +613,9 @@ def _run_ex(keys, ps, model, optimizer, n_steps, batch, n, d, d_k, rank, strengt
             x, y, _ = _sample_expanding(task, k, n, batch, p)
             return jnp.mean((predict(params, x)[0] - y) ** 2) / var
 
-        params, curve = _train(loss, expanding.Params(*_init_toy("one_layer", ki, d, d_k)), kd, optimizer, n_steps,
-                               report_every)
+        params, curve = _train(
+            loss, expanding.Params(*_init_toy("one_layer", ki, d, d_k)), kd, optimizer, n_steps, report_every
+        )
         x, y, dist = _sample_expanding(task, ke, n, n_test, p)
         yhat, res = predict(params, x)
         final = jnp.mean((yhat - y) ** 2) / var
@@ -497,11 +624,16 @@ def _run_ex(keys, ps, model, optimizer, n_steps, batch, n, d, d_k, rank, strengt
         else:
             hmax = res.max_window.astype(x.dtype)
             h = res.window.astype(x.dtype)
-            stats = dict(window=jnp.mean(h), max_window=jnp.mean(hmax),
-                         iterations=jnp.mean(res.iterations.astype(x.dtype)), ops=jnp.mean(res.ops),
-                         reweight=jnp.mean(res.ops - d_k * res.dots.astype(x.dtype) - h),
-                         converged=jnp.mean(res.converged.astype(x.dtype)), q=jnp.mean(res.q),
-                         true_mean_distance=jnp.mean(dist.astype(x.dtype)))
+            stats = dict(
+                window=jnp.mean(h),
+                max_window=jnp.mean(hmax),
+                iterations=jnp.mean(res.iterations.astype(x.dtype)),
+                ops=jnp.mean(res.ops),
+                reweight=jnp.mean(res.ops - d_k * res.dots.astype(x.dtype) - h),
+                converged=jnp.mean(res.converged.astype(x.dtype)),
+                q=jnp.mean(res.q),
+                true_mean_distance=jnp.mean(dist.astype(x.dtype)),
+            )
         return params, curve, final, stats
 
     f = jax.vmap(jax.vmap(one, in_axes=(None, 0)), in_axes=(0, None))

@@ -70,13 +70,35 @@ import optax
 from lse_energy import core, vae
 from lse_energy.experiments import store
 
-__all__ = ["SETTINGS", "SETTINGS_CONTINUATION", "REPLAY_EPOCHS", "EXPERIMENTS", "data", "summary",
-           "summary_continuation"]
+__all__ = [
+    "SETTINGS",
+    "SETTINGS_CONTINUATION",
+    "REPLAY_EPOCHS",
+    "EXPERIMENTS",
+    "data",
+    "summary",
+    "summary_continuation",
+]
 
 #: Settings of the full run (fixed before it).
-SETTINGS = dict(seeds=list(range(8)), n_epochs=1600, checkpoint_epoch=1200, n_train=1500, split_seed=0, d_z=8,
-                d_hidden=64, n_components=10, learning_rate=2e-3, batch_size=100, n_iwae=100, kmeans_n_init=10,
-                init_key_offset=100, fit_key_offset=200, eval_key_offset=300, n_show=10)
+SETTINGS = dict(
+    seeds=list(range(8)),
+    n_epochs=1600,
+    checkpoint_epoch=1200,
+    n_train=1500,
+    split_seed=0,
+    d_z=8,
+    d_hidden=64,
+    n_components=10,
+    learning_rate=2e-3,
+    batch_size=100,
+    n_iwae=100,
+    kmeans_n_init=10,
+    init_key_offset=100,
+    fit_key_offset=200,
+    eval_key_offset=300,
+    n_show=10,
+)
 #: Settings of ``vae_digits_continuation`` (fixed before it): those of the first run, and the additions.
 SETTINGS_CONTINUATION = dict(SETTINGS, checkpoint_epoch=800, delta_bound=0.1, delta_ari=0.05)
 MODELS = ("standard", "mixture")
@@ -88,9 +110,11 @@ _BLOCKS = 100
 # floating-point operations may change, nothing else. 30 Adam steps amplify round-off little (measured
 # <= 1e-13 relative); a changed learning rate or a sign moves the losses by >= 1e-3.
 _RTOL, _ATOL = 1e-9, 1e-12
-_REASON = ("float64 round-off of the same training program compiled for 2 epochs instead of 1200 (and under "
-           "other XLA flags/instruction sets), amplified over 30 Adam steps; measured <= 1e-13 relative; "
-           "result-changing edits move the trace by >= 1e-3")
+_REASON = (
+    "float64 round-off of the same training program compiled for 2 epochs instead of 1200 (and under "
+    "other XLA flags/instruction sets), amplified over 30 Adam steps; measured <= 1e-13 relative; "
+    "result-changing edits move the trace by >= 1e-3"
+)
 
 
 @functools.lru_cache(maxsize=8)
@@ -105,20 +129,27 @@ def data(settings: dict):
 
     X, y = load_digits(return_X_y=True)
     order = np.random.default_rng(settings["split_seed"]).permutation(len(X))
-    tr, te = order[: settings["n_train"]], order[settings["n_train"]:]
+    tr, te = order[: settings["n_train"]], order[settings["n_train"] :]
     return jnp.asarray(X[tr] / 16.0), y[tr], jnp.asarray(X[te] / 16.0), y[te]
 
 
 def _init(s, model, seed):
     k = s["n_components"] if model == "mixture" else None
-    return vae.init_params(64, s["d_z"], s["d_hidden"], key=jax.random.key(s["init_key_offset"] + seed),
-                           n_components=k)
+    return vae.init_params(64, s["d_z"], s["d_hidden"], key=jax.random.key(s["init_key_offset"] + seed), n_components=k)
 
 
 def _fit(s, params, x, seed, chunk, n_epochs, opt_state=None, n_samples=1):
     key = jax.random.fold_in(jax.random.key(s["fit_key_offset"] + seed), chunk)
-    return vae.fit(params, x, key=key, optimizer=_adam(s["learning_rate"]), n_epochs=n_epochs,
-                   batch_size=s["batch_size"], opt_state=opt_state, n_samples=n_samples)
+    return vae.fit(
+        params,
+        x,
+        key=key,
+        optimizer=_adam(s["learning_rate"]),
+        n_epochs=n_epochs,
+        batch_size=s["batch_size"],
+        opt_state=opt_state,
+        n_samples=n_samples,
+    )
 
 
 def _kmeans_ari(s, y, z, seed) -> float:
@@ -139,13 +170,21 @@ def _evaluate(s, p, d, seed, with_se=False) -> dict:
     x_tr, y_tr, x_te, _ = d
     key = jax.random.key(s["eval_key_offset"] + seed)
     lw = vae.log_weights(p, x_te, core.random_normal(key, (s["n_iwae"], x_te.shape[0], s["d_z"]), x_te.dtype))
-    e1, i10, i100 = (np.asarray(vae.elbo_bound(lw[:1])), np.asarray(vae.iwae_bound(lw[:10])),
-                     np.asarray(vae.iwae_bound(lw)))
+    e1, i10, i100 = (
+        np.asarray(vae.elbo_bound(lw[:1])),
+        np.asarray(vae.iwae_bound(lw[:10])),
+        np.asarray(vae.iwae_bound(lw)),
+    )
     gap = i100 - e1
     mu, _ = vae.encode(p, x_tr)
-    out = dict(elbo=float(e1.mean()), iwae10=float(i10.mean()), iwae100=float(i100.mean()),
-               gap_mean=float(gap.mean()), gap_se=_se(gap),
-               kmeans_ari=_kmeans_ari(s, y_tr, mu, seed))
+    out = dict(
+        elbo=float(e1.mean()),
+        iwae10=float(i10.mean()),
+        iwae100=float(i100.mean()),
+        gap_mean=float(gap.mean()),
+        gap_se=_se(gap),
+        kmeans_ari=_kmeans_ari(s, y_tr, mu, seed),
+    )
     if with_se:  # standard errors over the test digits
         out.update(elbo_se=_se(e1), iwae10_se=_se(i10), iwae100_se=_se(i100))
     if p.prior is not None:
@@ -183,8 +222,9 @@ def _replay(s, cell):
     out = {}
     for m in MODELS:
         r = _fit(s, _init(s, m, cell["seed"]), d[0], cell["seed"], 0, REPLAY_EPOCHS)
-        eps = core.random_normal(jax.random.key(s["eval_key_offset"] + cell["seed"]), (1, d[2].shape[0], s["d_z"]),
-                                d[2].dtype)
+        eps = core.random_normal(
+            jax.random.key(s["eval_key_offset"] + cell["seed"]), (1, d[2].shape[0], s["d_z"]), d[2].dtype
+        )
         out[m] = dict(loss=np.asarray(r.energies), test_elbo=float(jnp.mean(vae.log_weights(r.params, d[2], eps))))
     return out
 
@@ -200,8 +240,12 @@ def _cell(s, cell, progress):
         at_checkpoint = _evaluate(s, r1.params, d, seed)
         r2 = _fit(s, r1.params, d[0], seed, 1, s["n_epochs"] - c, r1.extras.opt_state)
         loss = np.concatenate([np.asarray(r1.energies), np.asarray(r2.energies)]).mean(1)
-        result[m] = dict(final=_evaluate(s, r2.params, d, seed), checkpoint=at_checkpoint,
-                         loss_blocks=_block_means(loss), pictures=_pictures(s, r2.params, d, seed))
+        result[m] = dict(
+            final=_evaluate(s, r2.params, d, seed),
+            checkpoint=at_checkpoint,
+            loss_blocks=_block_means(loss),
+            pictures=_pictures(s, r2.params, d, seed),
+        )
         trace[m]["loss"] = np.asarray(r1.energies)[:REPLAY_EPOCHS]  # the full run's own first steps
     return dict(result=result, trace=trace)
 
@@ -212,8 +256,10 @@ def summary(doc: dict) -> dict:
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
     out = dict(raw_kmeans_ari=np.asarray([c["raw_kmeans_ari"] for c in cells]))
     for m in MODELS:
-        out[m] = {when: {k: np.asarray([c[m][when][k] for c in cells]) for k in cells[0][m][when]}
-                  for when in ("final", "checkpoint")}
+        out[m] = {
+            when: {k: np.asarray([c[m][when][k] for c in cells]) for k in cells[0][m][when]}
+            for when in ("final", "checkpoint")
+        }
         out[m]["loss_blocks"] = np.asarray([c[m]["loss_blocks"] for c in cells])
     return out
 
@@ -239,8 +285,10 @@ def _cell_continuation(s, cell, progress):
     trace = {}
     for m in MODELS:  # the stored run's first c epochs (same keys), evaluated at c
         r = _fit(s, _init(s, m, seed), d[0], seed, 0, c)
-        result[m] = dict(checkpoint=_evaluate(s, r.params, d, seed, with_se=True),
-                         loss_blocks=_block_means(np.asarray(r.energies).mean(1)))
+        result[m] = dict(
+            checkpoint=_evaluate(s, r.params, d, seed, with_se=True),
+            loss_blocks=_block_means(np.asarray(r.energies).mean(1)),
+        )
         if m == "standard":
             trace[m] = dict(loss=np.asarray(r.energies)[:REPLAY_EPOCHS])
     return dict(result=result, trace=trace)
@@ -252,16 +300,34 @@ def summary_continuation(doc: dict) -> dict:
     cells = [doc["cells"][store.cell_key(dict(seed=k))]["result"] for k in doc["settings"]["seeds"]]
     out = dict(pca_kmeans_ari=np.asarray([c["pca_kmeans_ari"] for c in cells]))
     for m in MODELS:
-        out[m] = dict(checkpoint={k: np.asarray([c[m]["checkpoint"][k] for c in cells])
-                                  for k in cells[0][m]["checkpoint"]},
-                      loss_blocks=np.asarray([c[m]["loss_blocks"] for c in cells]))
+        out[m] = dict(
+            checkpoint={k: np.asarray([c[m]["checkpoint"][k] for c in cells]) for k in cells[0][m]["checkpoint"]},
+            loss_blocks=np.asarray([c[m]["loss_blocks"] for c in cells]),
+        )
     return out
 
 
 EXPERIMENTS = [
-    store.Experiment("vae_digits", "18_vae", SETTINGS, lambda s: [dict(seed=k) for k in s["seeds"]], _cell,
-                     _replay, _RTOL, _ATOL, _REASON),
-    store.Experiment("vae_digits_continuation", "18_vae", SETTINGS_CONTINUATION,
-                     lambda s: [dict(seed=k) for k in s["seeds"]], _cell_continuation, _replay_continuation, _RTOL,
-                     _ATOL, _REASON),
+    store.Experiment(
+        "vae_digits",
+        "18_vae",
+        SETTINGS,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell,
+        _replay,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    ),
+    store.Experiment(
+        "vae_digits_continuation",
+        "18_vae",
+        SETTINGS_CONTINUATION,
+        lambda s: [dict(seed=k) for k in s["seeds"]],
+        _cell_continuation,
+        _replay_continuation,
+        _RTOL,
+        _ATOL,
+        _REASON,
+    ),
 ]
