@@ -1,4 +1,4 @@
-// Long code names in the text (tests/test_x.py::test_a_long_name) and the module prefixes of
+// Long code names in the text (tests/models/test_x.py::test_a_long_name) and the module prefixes of
 // API signatures (lse_energy.experiments.structural_tasks.) may break after "/", "::", "_"
 // or "." instead of at any letter (_static/custom.css lets them wrap). Only the display
 // changes: the text, and so copying and search, stay.

@@ -27,7 +27,7 @@ def _torch():
 # out and named). Only the 4-D (batch, heads, L, E) layout dispatches to the CPU's fused
 # flash kernel (aten::_scaled_dot_product_flash_attention_for_cpu); 3-D inputs take the
 # unfused math path. The benchmark times all of them side by side and compares against
-# the fastest; tests/test_benchmarks.py checks the layouts and, with torch installed,
+# the fastest; tests/integration/test_benchmarks.py checks the layouts and, with torch installed,
 # the kernel each one dispatches to.
 TORCH_LAYOUTS = {"4-D (B, H, L, E)": 4, "3-D (B, L, E)": 3}
 TORCH_THREADS = tuple(sorted({1, 2, os.cpu_count() or 1}))

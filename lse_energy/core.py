@@ -465,7 +465,7 @@ def random_normal(key: jax.Array, shape: Sequence[int] = (), dtype=None) -> jax.
 
     JAX's default generator (threefry) gives entry ``i`` of a draw the
     ``i``-th number of the key's stream, in row-major order, whatever the
-    shape. So a flat draw, reshaped, is the same array (``tests/test_core.py``
+    shape. So a flat draw, reshaped, is the same array (``tests/models/test_core.py``
     asserts it), and XLA on CPU compiles a flat draw far faster at its default
     flags: with jax 0.10 on a 2-core machine, about 0.5 s against 2 s for a 2-D
     draw and 5 to 7 s for a 3-D one (without the fusion emitters both take

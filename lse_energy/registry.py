@@ -4,10 +4,10 @@ Each :class:`Model` names the model's module and the book chapter that derives
 it, the function that defines it (its log-sum-exp energy, or for the models
 the book shows *without* an energy, the map they compute), a small valid
 instance of its arguments, and the arguments that function is differentiable
-in. The registry drives the generic tests (``tests/test_registry.py``: every
+in. The registry drives the generic tests (``tests/contracts/test_registry.py``: every
 model's function is finite and passes ``jax.test_util.check_grads`` to second
-order; ``tests/test_properties.py``: independent NumPy and ``mpmath`` oracles
-of every energy; ``tests/test_validation.py``: bad-input cases for every
+order; ``tests/contracts/test_properties.py``: independent NumPy and ``mpmath`` oracles
+of every energy; ``tests/contracts/test_validation.py``: bad-input cases for every
 module), the equation index and the API reference chapter.
 
 The registry imports every model module, so it sits above them, beside

@@ -17,7 +17,7 @@ replicated.
   so sharding the queries needs no communication at all.
 
 The results equal the single-device ones up to the order of the floating
-point sums (``tests/test_sharding.py`` checks agreement to ``1e-10`` in float64
+point sums (``tests/integration/test_sharding.py`` checks agreement to ``1e-10`` in float64
 on 4 simulated devices).
 
 Devices. A :class:`jax.sharding.Mesh` names the devices; :func:`data_mesh`

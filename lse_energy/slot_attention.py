@@ -105,9 +105,6 @@ class Params(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-_concrete = _validate.is_concrete
-
-
 def _check(params, x, mu, a=None):
     if not isinstance(params, Params):
         raise ValueError(f"params must be slot_attention.Params; got {type(params).__name__}")
@@ -122,17 +119,16 @@ def _check(params, x, mu, a=None):
         raise ValueError(f"x must have shape (N, {w_k.shape[1]}) to match params.w_k; got {x.shape}")
     if mu.shape[1] != w_q.shape[1]:
         raise ValueError(f"mu must have shape (S, {w_q.shape[1]}) to match params.w_q; got {mu.shape}")
-    if x.shape[0] < 1:
-        raise ValueError("x must hold at least one token (N >= 1)")
-    if mu.shape[0] < 1:
-        raise ValueError("mu must hold at least one slot (S >= 1)")
+    for name, n, what in (("x", x.shape[0], "token (N >= 1)"), ("mu", mu.shape[0], "slot (S >= 1)")):
+        if n < 1:
+            raise ValueError(f"{name} must hold at least one {what}")
     params = Params(w_k, w_q)
     if a is None:
         return params, x, mu
     a = _validate.array("a", a, 2)
     if a.shape != (x.shape[0], mu.shape[0]):
         raise ValueError(f"a must have shape (N, S) = {(x.shape[0], mu.shape[0])}; got {a.shape}")
-    if _concrete(a) and bool(np.any(np.asarray(a) < 0)):
+    if _validate.is_concrete(a) and bool(np.any(np.asarray(a) < 0)):
         raise ValueError("a must be non-negative (an assignment matrix)")
     return params, x, mu, a
 

@@ -54,7 +54,7 @@ def render_environment(lock_text: str) -> str:
     lines = [
         "# Binder / conda environment. GENERATED from requirements/lock.txt by `nox -s lock`",
         "# (python requirements/locktools.py environment): do not edit by hand.",
-        "# tests/test_environment.py checks that this file, the lock and pyproject.toml agree.",
+        "# tests/contracts/test_environment.py checks that this file, the lock and pyproject.toml agree.",
         "# The package itself is installed by `postBuild` (`pip install --no-deps -e .`; the",
         "# repository is not present while this file is built).",
         "name: lse_energy",

@@ -1,12 +1,8 @@
-"""Independent oracles shared by the proposition tests (not a test module)."""
+"""Independent oracles shared by the tests and the benchmarks (not a test module)."""
 
+import jax
+import jax.numpy as jnp
 import numpy as np
-
-
-def relative_error(a, b) -> float:
-    """Normwise relative error ``max|a - b| / max|b|``."""
-    a, b = np.asarray(a), np.asarray(b)
-    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-300))
 
 
 def complex_step_grad(f, x, h: float = 1e-30) -> np.ndarray:
@@ -26,3 +22,23 @@ def complex_step(f, args, argnum, h: float = 1e-30) -> np.ndarray:
     args = tuple(args)
     x = np.asarray(args[argnum], dtype=float)
     return complex_step_grad(lambda z: f(*args[:argnum], z, *args[argnum + 1 :]), x, h)
+
+
+@jax.jit
+def gmm_em_step_direct(params, x, reg_covar):
+    """One EM step of a Gaussian mixture written directly from the formulas, with ``(N, K)``
+    responsibilities and ``N x K x d x d`` intermediates: the oracle for ``gmm.em_step``'s fast
+    path over sufficient statistics (and its timing baseline in ``benchmarks/bench_gmm.py``).
+
+    ``params`` is ``(weights (K,), means (K, d), covariances (K, d, d))``; returns the same triple.
+    The log-densities come from ``jax.scipy.stats.multivariate_normal``, not from the package.
+    """
+    weights, means, covariances = params
+    N, d = x.shape
+    logp = jax.vmap(lambda m, c: jax.scipy.stats.multivariate_normal.logpdf(x, m, c))(means, covariances).T
+    r = jax.nn.softmax(jnp.log(weights) + logp, axis=1)  # E-step, (N, K)
+    Nk = jnp.sum(r, axis=0)
+    new_means = (r.T @ x) / Nk[:, None]
+    diff = x[None, :, :] - new_means[:, None, :]
+    cov = jnp.einsum("ik,kia,kib->kab", r, diff, diff) / Nk[:, None, None]
+    return Nk / N, new_means, cov + reg_covar * jnp.eye(d, dtype=x.dtype)

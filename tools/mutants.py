@@ -17,7 +17,7 @@ The scratch copy is imported instead of the editable install: ``PYTHONPATH`` put
 first, ahead of site-packages and of the editable finder (which setuptools appends to
 ``sys.meta_path`` after the path finder), no bytecode is written (a mutated file of the same
 size and modification second could otherwise reuse a stale ``.pyc``), and every run checks
-that ``lse_energy`` resolves inside the copy. ``tests/test_mutants.py`` keeps that control:
+that ``lse_energy`` resolves inside the copy. ``tests/contracts/test_mutants.py`` keeps that control:
 the ``core_energy_sign`` mutant is visible to a subprocess started the way the runs start.
 
 Usage::
@@ -70,41 +70,51 @@ CHAPTER = {
     "lif": "20_population_coding",
     "gan": "21_gans",
 }
-# The module's own tests (its test file, its chapter's propositions, and extra files that test it).
+# The module's own tests, as paths under tests/ (its file in models/, its chapter's propositions, and
+# extra files that test it).
 TESTS = {
-    "core": ("test_core.py", "test_propositions_ch01.py"),
-    "gmm": ("test_gmm.py", "test_propositions_ch02.py", "test_streaming.py"),
-    "slds": ("test_slds.py", "test_propositions_ch03.py"),
-    "mixture_pc": ("test_mixture_pc.py", "test_propositions_ch04.py"),
-    "attention": ("test_attention.py", "test_propositions_ch05.py"),
-    "hopfield": ("test_hopfield.py", "test_propositions_ch06.py"),
-    "slot_attention": ("test_slot_attention.py", "test_propositions_ch07.py"),
-    "structural": ("test_propositions_ch08.py", "test_attention.py"),  # test_structural.py: multihop, expanding
-    "multihop": ("test_structural.py", "test_propositions.py", "test_authors_multihop.py"),
-    "expanding": ("test_structural.py", "test_propositions.py"),
-    "rbm": ("test_rbm.py", "test_propositions_ch10.py"),
-    "diffusion": ("test_diffusion.py", "test_propositions_ch11.py"),
-    "pcn": ("test_pcn.py", "test_propositions_ch12.py"),
-    "anpc": ("test_anpc.py", "test_propositions_ch13.py"),
-    "gru": ("test_gru.py", "test_propositions_ch15.py"),
-    "autoencoder": ("test_autoencoder.py", "test_propositions_ch16.py"),
-    "embedding": ("test_embedding.py", "test_propositions_ch17.py"),
-    "vae": ("test_vae.py", "test_propositions_ch18.py"),
-    "adversarial": ("test_adversarial.py", "test_propositions_ch19.py"),
-    "population": ("test_population.py", "test_propositions_ch20.py"),
-    "lif": ("test_lif.py", "test_propositions_ch20.py"),
-    "gan": ("test_gan.py", "test_propositions_ch21.py"),
+    "core": ("models/test_core.py", "propositions/test_propositions_ch01.py"),
+    "gmm": ("models/test_gmm.py", "propositions/test_propositions_ch02.py", "integration/test_streaming.py"),
+    "slds": ("models/test_slds.py", "propositions/test_propositions_ch03.py"),
+    "mixture_pc": ("models/test_mixture_pc.py", "propositions/test_propositions_ch04.py"),
+    "attention": ("models/test_attention.py", "propositions/test_propositions_ch05.py"),
+    "hopfield": ("models/test_hopfield.py", "propositions/test_propositions_ch06.py"),
+    "slot_attention": ("models/test_slot_attention.py", "propositions/test_propositions_ch07.py"),
+    # (models/test_structural.py tests multihop and expanding, not structural)
+    "structural": ("propositions/test_propositions_ch08.py", "models/test_attention.py"),
+    "multihop": (
+        "models/test_structural.py",
+        "propositions/test_propositions_ch09.py",
+        "models/test_authors_multihop.py",
+    ),
+    "expanding": ("models/test_structural.py", "propositions/test_propositions_ch09.py"),
+    "rbm": ("models/test_rbm.py", "propositions/test_propositions_ch10.py"),
+    "diffusion": ("models/test_diffusion.py", "propositions/test_propositions_ch11.py"),
+    "pcn": ("models/test_pcn.py", "propositions/test_propositions_ch12.py"),
+    "anpc": ("models/test_anpc.py", "propositions/test_propositions_ch13.py"),
+    "gru": ("models/test_gru.py", "propositions/test_propositions_ch15.py"),
+    "autoencoder": ("models/test_autoencoder.py", "propositions/test_propositions_ch16.py"),
+    "embedding": ("models/test_embedding.py", "propositions/test_propositions_ch17.py"),
+    "vae": ("models/test_vae.py", "propositions/test_propositions_ch18.py"),
+    "adversarial": ("models/test_adversarial.py", "propositions/test_propositions_ch19.py"),
+    "population": ("models/test_population.py", "propositions/test_propositions_ch20.py"),
+    "lif": ("models/test_lif.py", "propositions/test_propositions_ch20.py"),
+    "gan": ("models/test_gan.py", "propositions/test_propositions_ch21.py"),
 }
 # The registry-driven tests (independent oracles of every energy, check_grads, monotone runs),
 # selected with ``-k <module>``: run when the module's own tests let a mutant through.
-GENERIC = ("tests/test_properties.py", "tests/test_registry.py")
-# Extra test files that are not the module's own (tests/test_mutant_kills.py: checks added
+GENERIC = ("tests/contracts/test_properties.py", "tests/contracts/test_registry.py")
+# Extra test files that are not the module's own (tests/models/test_mutant_kills.py: checks added
 # because a mutant survived everything else).
-KILLS = "tests/test_mutant_kills.py"
+KILLS = "tests/models/test_mutant_kills.py"
 
 
 class Mutant(NamedTuple):
-    """One plausible bug: replace ``snippet`` (exactly one occurrence) in ``lse_energy/<module>.py``."""
+    """One plausible bug: replace ``snippet`` (exactly one occurrence) in the module's source.
+
+    The source is ``lse_energy/<module>.py``, or for a model that is a package (``gmm``,
+    ``adversarial``) the one file of ``lse_energy/<module>/`` that holds the snippet.
+    """
 
     name: str
     module: str
@@ -114,7 +124,13 @@ class Mutant(NamedTuple):
 
     @property
     def path(self) -> str:
-        return f"{PACKAGE}/{self.module}.py"
+        single = f"{PACKAGE}/{self.module}.py"
+        if (ROOT / single).exists():
+            return single
+        files = sorted((ROOT / PACKAGE / self.module).glob("*.py"))
+        holding = [f for f in files if self.snippet in f.read_text()]
+        # Zero or several files: the first, where apply() reports the count.
+        return str((holding or files)[0].relative_to(ROOT))
 
     @property
     def tests(self) -> tuple[str, ...]:

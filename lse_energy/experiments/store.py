@@ -20,7 +20,7 @@ starts again from nothing rather than mix results of two programs.
 
 **Replay-checked.** Each cell's ``trace`` is the first steps of its computation:
 training losses, parameter norms, or the first cell of a sweep.
-``tests/test_experiments.py`` replays the stored trace of one cell of every
+``tests/integration/test_experiments.py`` replays the stored trace of one cell of every
 experiment with the current code and compares them at the experiment's
 ``replay_rtol``. A change that alters any result fails there and names the
 experiment to rerun; a refactor that leaves results alone passes.

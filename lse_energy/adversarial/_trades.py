@@ -1,0 +1,382 @@
+r"""TRADES (§25.1) and the adversarial training loop :func:`fit` (part of :mod:`lse_energy.adversarial`)."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from lse_energy import _validate, core
+from lse_energy.adversarial._attacks import (
+    Ascent,
+    FitExtras,
+    Params,
+    _ascend,
+    _binary_ce_inner,
+    _ce,
+    _ce_inner,
+    _check_binary,
+    _check_box,
+    _check_in_box,
+    _check_multiclass,
+    _check_params,
+    _check_t,
+    _check_x,
+    _g,
+    _logits,
+    _params_vjp,
+    _project,
+)
+
+Array = jax.Array
+
+# ---------------------------------------------------------------------------
+# TRADES (§25.1)
+# ---------------------------------------------------------------------------
+
+
+def softplus_surrogate(u) -> Array:
+    r"""The smooth surrogate :math:`g(u) = \ln(1 + e^{-u})`, a two-term log-sum-exp.
+
+    :math:`g(u) = \ln(e^0 + e^{-u})` is :func:`lse_energy.core.logsumexp` over
+    the two "parents" :math:`\{0, -u\}`; it upper-bounds :math:`\ln 2` times the
+    0-1 loss :math:`\mathbb 1[u \le 0]` and is the logistic loss.
+    """
+    u = _validate.float_array("u", u)
+    return _g(u)
+
+
+def binary_score(params: Params, x) -> Array:
+    r"""The binary model :math:`f: X \to \mathbb R` of §25.1, ``(N,)``; ``sign f`` is the class."""
+    params = _check_params(params)
+    _check_binary(params, "binary_score")
+    return _logits(params, _check_x(params, x))[:, 0]
+
+
+def _binary_inner(p, x, xa, aux):
+    del aux
+    return _g(_logits(p, x)[:, 0] * _logits(p, xa)[:, 0])
+
+
+def _binary_trades(p, x, t, x_adv, beta):
+    f, fa = _logits(p, x)[:, 0], _logits(p, x_adv)[:, 0]
+    return jnp.mean(_g(f * t) + beta * _g(f * fa))
+
+
+def _trades_args(params, x, t, x_adv, beta, binary):
+    params = _check_params(params)
+    (_check_binary if binary else _check_multiclass)(params, "binary_trades_loss" if binary else "trades_loss")
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    x_adv = _check_x(params, x_adv, "x_adv")
+    if x_adv.shape != x.shape:
+        raise ValueError(f"x_adv must have the shape of x {x.shape}; got {x_adv.shape}")
+    beta = jnp.asarray(_validate.nonnegative("beta", beta), x.dtype)
+    return params, x, t, x_adv, beta
+
+
+def binary_trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
+    r"""The joint loss of §25.1, averaged: :math:`\frac1N\sum_n g(f(X_n)T_n) + \beta\, g(f(X_n) f(X'_n))`.
+
+    Term 1 asks for a correct class with margin; term 2 asks that the score
+    keep its sign (the sign of :math:`f(X)`, not of :math:`T`) on :math:`X'`.
+    ``t`` holds :math:`T \in \{-1, 1\}`; ``x_adv`` is :math:`X'`, held fixed.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, True)
+    return _binary_trades(params, x, t.astype(x.dtype), x_adv, beta)
+
+
+def grad_binary_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
+    r"""Parameter gradient of :func:`binary_trades_loss` with :math:`X'` fixed.
+
+    With :math:`g'(u) = -\sigma(-u)` (minus the softmax weight of the parent
+    :math:`-u`), the score gradients enter with weights
+    :math:`c = \frac1N[g'(fT)\,T + \beta\, g'(f f') f']` at :math:`X` and
+    :math:`c' = \frac1N \beta\, g'(f f') f` at :math:`X'`, backpropagated.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, True)
+    t = t.astype(x.dtype)
+    f, fa = _logits(params, x)[:, 0], _logits(params, x_adv)[:, 0]
+    dg1, dg2 = -jax.nn.sigmoid(-f * t), -jax.nn.sigmoid(-f * fa)
+    n = x.shape[0]
+    c = ((dg1 * t + beta * dg2 * fa) / n)[:, None]
+    ca = (beta * dg2 * f / n)[:, None]
+    return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
+
+
+def kl_softmax(z, z_adv) -> Array:
+    r"""Per-row :math:`\mathrm{KL}(\operatorname{softmax} z \,\|\, \operatorname{softmax} z')`, ``(N,)``.
+
+    Written with log-partitions: :math:`\sum_j p_j (z_j - z'_j) - \mathrm{LSE}(z) + \mathrm{LSE}(z')`.
+    """
+    z = _validate.float_array("z", z, 2)
+    z_adv = _validate.float_array("z_adv", z_adv, 2)
+    if z.shape != z_adv.shape:
+        raise ValueError(f"z and z_adv must have the same shape; got {z.shape} and {z_adv.shape}")
+    return _kl(z, z_adv)
+
+
+def _kl(z, za):
+    return jnp.sum(core.weights(z) * (z - za), axis=-1) - core.logsumexp(z) + core.logsumexp(za)
+
+
+def _kl_inner(p, x, xa, aux):
+    del aux
+    return _kl(_logits(p, x), _logits(p, xa))
+
+
+def _trades(p, x, t, x_adv, beta):
+    return jnp.mean(_ce(p, x, t) + beta * _kl(_logits(p, x), _logits(p, x_adv)))
+
+
+def trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
+    r"""Multi-class TRADES: :math:`\frac1N\sum_n \ell(x_n, t_n) + \beta\,\mathrm{KL}(\operatorname{softmax} z(x_n)
+    \,\|\, \operatorname{softmax} z(x'_n))`.
+
+    The KL is the multi-class counterpart of §25.1's :math:`g(f(X) f(X'))`
+    (Zhang et al. 2019); :math:`X'` is held fixed.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, False)
+    return _trades(params, x, t, x_adv, beta)
+
+
+def grad_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
+    r"""Parameter gradient of :func:`trades_loss` with :math:`X'` fixed.
+
+    With :math:`p = \operatorname{softmax} z`, :math:`q = \operatorname{softmax} z'`
+    and :math:`D = \mathrm{KL}(p \| q)`:
+    :math:`\partial D / \partial z = p \odot (\ln p - \ln q - D)` and
+    :math:`\partial D / \partial z' = q - p`; the cross-entropy adds
+    :math:`p - e_t` at :math:`z`. All are backpropagated through the network.
+    """
+    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, False)
+    z, za = _logits(params, x), _logits(params, x_adv)
+    p, q = core.weights(z), core.weights(za)
+    logratio = (z - core.logsumexp(z)[:, None]) - (za - core.logsumexp(za)[:, None])
+    kl = jnp.sum(p * logratio, axis=1, keepdims=True)
+    n = x.shape[0]
+    c = (p - jax.nn.one_hot(t, z.shape[1], dtype=z.dtype) + beta * p * (logratio - kl)) / n
+    ca = beta * (q - p) / n
+    return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
+
+
+def inner_maximize(
+    params: Params,
+    x,
+    epsilon: float,
+    *,
+    key,
+    step_size: float,
+    n_steps: int,
+    monotone: bool = True,
+    init_scale: float = 1e-3,
+    box=None,
+) -> Ascent:
+    r"""TRADES inner maximisation: "several gradient ascents to find X'" (§25.1).
+
+    Maximises the per-example inner loss over :math:`X' \in B_\infty(X,\epsilon)`
+    (and the box): :math:`g(f(X) f(X'))` for a binary model, and
+    :math:`\mathrm{KL}(\operatorname{softmax} z(X) \,\|\, \operatorname{softmax} z(X'))`
+    for ``K >= 2``, by projected sign-ascent steps of size ``step_size`` from
+    :math:`X + \mathcal N(0, \mathrm{init\_scale}^2)` (the KL has zero gradient at
+    :math:`X' = X`). With ``monotone=True`` (the default) a step that would lower an
+    example's inner loss is rejected and its step halved, so the inner loss never
+    decreases.
+
+    Returns:
+      :class:`Ascent`.
+    """
+    params = _check_params(params)
+    x = _check_x(params, x)
+    box = _check_box(box)
+    _check_in_box(x, box)
+    epsilon = jnp.asarray(_validate.positive("epsilon", epsilon), x.dtype)
+    step_size = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
+    n_steps = _validate.count("n_steps", n_steps)
+    init_scale = _validate.nonnegative("init_scale", init_scale)
+    return _inner(params, x, key, epsilon, step_size, init_scale, n_steps=n_steps, monotone=bool(monotone), box=box)
+
+
+def _inner(p, x, key, epsilon, step_size, init_scale, *, n_steps, monotone, box):
+    inner = _binary_inner if p.W2.shape[1] == 1 else _kl_inner
+    x0 = _project(x + init_scale * core.random_normal(key, x.shape, x.dtype), x, epsilon, box)
+    return _ascend(p, x, x0, None, epsilon, step_size, inner=inner, n_steps=n_steps, monotone=monotone, box=box)
+
+
+def _augment(p, x, t, x_adv, beta):
+    r"""Plain adversarial training's loss: the mean over the batch and its adversarial copies,
+    :math:`\frac12[\ell(X, T) + \ell(X', T)]` (``beta`` unused)."""
+    del beta
+    if p.W2.shape[1] == 1:
+        return 0.5 * jnp.mean(_g(_logits(p, x)[:, 0] * t) + _g(_logits(p, x_adv)[:, 0] * t))
+    return 0.5 * jnp.mean(_ce(p, x, t) + _ce(p, x_adv, t))
+
+
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "inner_steps", "defence", "box"))
+def _train(
+    params,
+    opt_state,
+    x,
+    t,
+    key,
+    beta,
+    epsilon,
+    step_size,
+    *,
+    optimizer,
+    n_epochs,
+    batch_size,
+    inner_steps,
+    defence,
+    box,
+):
+    binary = params.W2.shape[1] == 1
+    n_batches = x.shape[0] // batch_size
+
+    def batch_step(carry, inputs):
+        p, s = carry
+        xb, tb, kb = inputs
+        tf = tb.astype(x.dtype) if binary else tb
+        if defence == "augment":
+            x0 = _project(xb + 1e-3 * core.random_normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
+            xa = jax.lax.stop_gradient(
+                _ascend(
+                    p,
+                    xb,
+                    x0,
+                    tf,
+                    epsilon,
+                    step_size,
+                    inner=_binary_ce_inner if binary else _ce_inner,
+                    n_steps=inner_steps,
+                    monotone=True,
+                    box=box,
+                ).x_adv
+            )
+            val, g = jax.value_and_grad(_augment)(p, xb, tf, xa, beta)
+        else:
+            if inner_steps:
+                xa = jax.lax.stop_gradient(
+                    _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps, monotone=True, box=box).x_adv
+                )
+            else:
+                xa = xb
+            if binary:
+                val, g = jax.value_and_grad(_binary_trades)(p, xb, tf, xa, beta)
+            else:
+                val, g = jax.value_and_grad(_trades)(p, xb, tb, xa, beta)
+        updates, s = optimizer.update(g, s, p)
+        p = jax.tree_util.tree_map(jnp.add, p, updates)
+        return (p, s), val
+
+    def epoch(carry, k):
+        kperm, kinner = jax.random.split(k)
+        order = jax.random.permutation(kperm, x.shape[0])[: n_batches * batch_size]
+        xb = x[order].reshape(n_batches, batch_size, -1)
+        tb = t[order].reshape(n_batches, batch_size)
+        carry, vals = jax.lax.scan(batch_step, carry, (xb, tb, jax.random.split(kinner, n_batches)))
+        return carry, vals
+
+    (params, opt_state), energies = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
+    return params, opt_state, energies
+
+
+def fit(
+    params: Params,
+    x,
+    t,
+    *,
+    key,
+    optimizer: Any,
+    n_epochs: int,
+    batch_size: int,
+    beta: float = 0.0,
+    epsilon: float = 0.1,
+    inner_steps: int = 5,
+    step_size: float | None = None,
+    box=None,
+    opt_state=None,
+    defence: str = "trades",
+) -> core.FitResult:
+    r"""Standard training (``beta = 0``), TRADES training (``beta > 0``), or plain adversarial training
+    (``defence="augment"``), §25 of the notes.
+
+    Each minibatch (reshuffled with ``key`` every epoch; a last partial batch is
+    dropped): with ``beta > 0``, ``inner_steps`` monotone projected sign-ascent
+    steps (:func:`inner_maximize`, step ``step_size``, default
+    :math:`\epsilon/4`) find :math:`X'` in :math:`B_\infty(X, \epsilon)`; then one
+    optimizer step on the joint loss, :func:`trades_loss` (``K >= 2``) or
+    :func:`binary_trades_loss` (``K = 1``, labels ``-1/1``), with :math:`X'` held
+    fixed. ``beta = 0`` is plain cross-entropy (or :math:`g(f(X)T)`) training.
+
+    ``defence="augment"`` is §25's first line, "add adversarial samples to
+    dataset with proper classification": each minibatch, ``inner_steps``
+    monotone projected sign-ascent steps on the *classification* loss
+    :math:`\ell(X', T)` (the cross-entropy, or :math:`g(f(X')T)` for a binary
+    model) from :math:`X + \mathcal N(0, 10^{-6})` find :math:`X'`, and the
+    step descends :math:`\frac12[\ell(X, T) + \ell(X', T)]`, the loss of the
+    batch with its adversarial copies added, correctly labelled (``beta`` is
+    unused). Jitted, ``lax.scan`` over epochs and batches.
+
+    Args:
+      params: initial :class:`Params`.
+      x: ``(N, d)`` inputs; t: ``(N,)`` integer labels.
+      key: PRNG key (keyword-only).
+      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
+      beta: TRADES weight :math:`\beta \ge 0`.
+      epsilon, inner_steps, step_size, box: the inner maximisation (unused at ``beta = 0``
+        with ``defence="trades"``).
+      opt_state: optimizer state to continue from, or ``None``.
+      defence: ``"trades"`` (the default) or ``"augment"``.
+
+    Returns:
+      :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``
+      ``(n_epochs, n_batches)``, the joint loss of each minibatch before its
+      step; ``n_iter = n_epochs``; ``converged = None``; ``extras`` a
+      :class:`FitExtras`.
+
+    Raises:
+      ValueError: on bad arguments, or when training diverged.
+    """
+    params = _check_params(params)
+    x = _check_x(params, x)
+    t = _check_t(params, t, x.shape[0])
+    _validate.optimizer(optimizer)
+    n_epochs = _validate.count("n_epochs", n_epochs)
+    batch_size = _validate.count("batch_size", batch_size)
+    if batch_size > x.shape[0]:
+        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
+    beta = _validate.nonnegative("beta", beta)
+    epsilon = _validate.positive("epsilon", epsilon)
+    inner_steps = _validate.count("inner_steps", inner_steps)
+    step_size = epsilon / 4 if step_size is None else _validate.positive("step_size", step_size)
+    box = _check_box(box)
+    _check_in_box(x, box)
+    if defence not in ("trades", "augment"):
+        raise ValueError(f"defence must be 'trades' or 'augment'; got {defence!r}")
+    if opt_state is None:
+        opt_state = optimizer.init(params)
+    dt = x.dtype
+    inner = inner_steps if (beta > 0 or defence == "augment") else 0
+    p, s, energies = _train(
+        params,
+        opt_state,
+        x,
+        t,
+        key,
+        jnp.asarray(beta, dt),
+        jnp.asarray(epsilon, dt),
+        jnp.asarray(step_size, dt),
+        optimizer=optimizer,
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        inner_steps=inner,
+        defence=defence,
+        box=box,
+    )
+    out = core.FitResult(p, energies, n_epochs, None, FitExtras(s))
+    _validate.require_finite("adversarial.fit", out, steps=out.energies, hint="lower the optimizer's learning rate")
+    return out

@@ -1,0 +1,464 @@
+r"""The Gaussian mixture's EM: the jitted fast path over sufficient statistics, :func:`fit`, :func:`em` and the
+streamed fit for data larger than memory.
+
+Part of :mod:`lse_energy.gmm`; the energy and its gradients are in ``lse_energy.gmm._model``.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from functools import partial
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from lse_energy import _rows, _validate, core
+from lse_energy.gmm._model import Params, _check_reg, _check_x, _cholesky, _tri_solve, check_params
+
+Array = jax.Array
+
+# ---------------------------------------------------------------------------
+# Dynamics: EM
+# ---------------------------------------------------------------------------
+
+
+# --- The fast path: one pass over row chunks accumulating sufficient statistics.
+#
+# With the data centred at its mean (x <- x - xbar, which removes most of the
+# cancellation of the expanded quadratic), the normalised sim is linear in the
+# features f(x) = [1, x, x_a x_b (a <= b)] of width 1 + d + d(d+1)/2:
+#
+#   sim(x, k) = ln pi_k - (d ln 2 pi + ln|Sigma_k|)/2 - mu_k' P_k mu_k / 2
+#               + x' P_k mu_k - sum_{a<=b} (1 - delta_ab / 2) P_k[a,b] x_a x_b,
+#
+# P_k = Sigma_k^{-1}. So the E-step is one (C, F) @ (F, K) product per chunk of C
+# rows, and the M-step's sufficient statistics (N_k, sum r x, sum r x x') are
+# the single (K, C) @ (C, F) product r' f(x). Nothing of size N x K x d is formed.
+
+_CHUNK = 4096
+
+
+def _packed_pairs(d: int):
+    """Static index maps between a symmetric (d, d) matrix and its packed upper triangle."""
+    rows, cols = np.triu_indices(d)
+    full = np.zeros((d, d), dtype=np.int32)
+    full[rows, cols] = np.arange(rows.size)
+    full[cols, rows] = np.arange(rows.size)
+    return rows, cols, full
+
+
+def _features(x: Array) -> Array:
+    """``(C, d) -> (C, 1 + d + d(d+1)/2)``: ``[1, x, x_a x_b for a <= b]`` (row-major upper triangle)."""
+    d = x.shape[1]
+    quad = [x[:, a : a + 1] * x[:, a:] for a in range(d)]
+    return jnp.concatenate([jnp.ones_like(x[:, :1]), x, *quad], axis=1)
+
+
+def _sim_coefficients(params: Params, shift: Array) -> Array:
+    """``(F, K)`` matrix ``A`` with ``sim(x, k) = features(x - shift) @ A[:, k]``."""
+    K, d = params.means.shape
+    L = _cholesky(params.covariances)
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=L.dtype), L.shape)
+    Linv = _tri_solve(L, eye, 0)  # L^{-1}
+    P = jnp.swapaxes(Linv, 1, 2) @ Linv  # Sigma^{-1} = L^{-T} L^{-1}
+    mu = params.means - shift[None, :]
+    Pmu = jnp.einsum("kab,kb->ka", P, mu)
+    logdet = 2.0 * jnp.sum(jnp.log(jnp.diagonal(L, axis1=-2, axis2=-1)), axis=-1)
+    const = jnp.log(params.weights) - 0.5 * (d * math.log(2.0 * math.pi) + logdet) - 0.5 * jnp.sum(mu * Pmu, axis=1)
+    rows, cols, _ = _packed_pairs(d)
+    scale = jnp.asarray(np.where(rows == cols, -0.5, -1.0), P.dtype)  # keep the input's dtype
+    quad = P[:, rows, cols] * scale[None, :]  # (K, d(d+1)/2)
+    return jnp.concatenate([const[:, None], Pmu, quad], axis=1).T
+
+
+def _chunk_stats(A: Array, xc: Array, shift: Array, valid=None):
+    """E-step of one chunk: ``(sum of ln sum_k exp sim, r' f(x - shift))``; ``valid`` masks padding rows."""
+    f = _features(xc - shift[None, :])
+    s = f @ A  # (C, K) sim
+    # Log-sum-exp by hand: one exp pass gives both ln sum exp and the responsibilities (core.energy and
+    # core.weights would each exponentiate the (N, K) block; this is the EM hot loop, see the performance chapter's
+    # benchmark).
+    m = jax.lax.stop_gradient(jnp.max(s, axis=1, keepdims=True))
+    e = jnp.exp(s - m)
+    tot = jnp.sum(e, axis=1, keepdims=True)
+    r = e / tot
+    lse = jnp.log(tot[:, 0]) + m[:, 0]
+    if valid is not None:
+        r = r * valid[:, None]
+        lse = jnp.where(valid > 0, lse, 0.0)
+    return jnp.sum(lse), r.T @ f
+
+
+def _suff_stats(A: Array, x: Array, shift: Array, valid=None, chunk: int = _CHUNK):
+    """Accumulate ``(sum_i ln p(x_i), r' f(x - shift))`` over row chunks (``lax.fori_loop``)."""
+    N = x.shape[0]
+    K, F = A.shape[1], A.shape[0]
+    n_full = N // chunk
+    # Zeros that carry x's type: inside shard_map a plain jnp.zeros carry would lack the
+    # device-varying type of the per-device sums (x is finite, so 0 * x[0, 0] == 0).
+    zero = 0 * x[0, 0]
+    ll = jnp.zeros((), x.dtype) + zero
+    R = jnp.zeros((K, F), x.dtype) + zero
+    if n_full > 0:
+
+        def body(i, carry):
+            ll, R = carry
+            xc = jax.lax.dynamic_slice_in_dim(x, i * chunk, chunk)
+            vc = None if valid is None else jax.lax.dynamic_slice_in_dim(valid, i * chunk, chunk)
+            l, Rc = _chunk_stats(A, xc, shift, vc)
+            return ll + l, R + Rc
+
+        ll, R = jax.lax.fori_loop(0, n_full, body, (ll, R))
+    if N % chunk:
+        l, Rc = _chunk_stats(A, x[n_full * chunk :], shift, None if valid is None else valid[n_full * chunk :])
+        ll, R = ll + l, R + Rc
+    return ll, R
+
+
+def _m_step(R: Array, N, shift: Array, reg_covar) -> Params:
+    """Closed-form M-step from the sufficient statistics ``R = r' f(x - shift)``."""
+    d = shift.shape[0]
+    Nk = R[:, 0]
+    mu = R[:, 1 : 1 + d] / Nk[:, None]
+    _, _, full = _packed_pairs(d)
+    second = R[:, 1 + d :][:, full] / Nk[:, None, None]  # (K, d, d) sum r x x' / N_k
+    cov = second - mu[:, :, None] * mu[:, None, :]
+    cov = 0.5 * (cov + jnp.swapaxes(cov, 1, 2)) + reg_covar * jnp.eye(d, dtype=R.dtype)
+    return Params(weights=Nk / N, means=mu + shift[None, :], covariances=cov)
+
+
+def _em_step(params: Params, x: Array, reg_covar) -> Params:
+    shift = jnp.mean(x, axis=0)
+    _, R = _suff_stats(_sim_coefficients(params, shift), x, shift)
+    return _m_step(R, x.shape[0], shift, reg_covar)
+
+
+_em_step_jit = jax.jit(_em_step)
+
+
+def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
+    r"""One EM iteration: E-step (responsibilities), then the closed-form M-step.
+
+    .. math::
+
+        r_{ik} &= \mathrm{softmax}_k\,\mathrm{sim}(x_i, \mu_k), \qquad N_k = \textstyle\sum_i r_{ik},\\
+        \mu_k' &= \frac{1}{N_k}\sum_i r_{ik}\, x_i
+            \quad\text{(zero of eq. (4)'s } \partial E/\partial\mu_k \text{ with } r \text{ frozen, §2)},\\
+        \Sigma_k' &= \frac{1}{N_k}\sum_i r_{ik}\,(x_i-\mu_k')(x_i-\mu_k')^\top + \texttt{reg\_covar}\, I,\\
+        \pi_k' &= N_k / N \quad\text{(Lagrange multiplier for } \textstyle\sum_k\pi_k = 1).
+
+    With ``reg_covar = 0`` the energy never increases. ``reg_covar`` plays
+    the role of scikit-learn's parameter of the same name (whose default
+    there is ``1e-6``); pass the same value to both to compare them. One call
+    equals one iteration of ``GaussianMixture.fit``.
+
+    Args:
+      params: :class:`Params`.
+      x: ``(N, d)``.
+      reg_covar: non-negative ridge added to each covariance.
+
+    Returns:
+      The updated :class:`Params`.
+    """
+    params = check_params(params)
+    x = _check_x(x, params.means.shape[1])
+    reg = _check_reg(reg_covar)
+    return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
+
+
+def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params:
+    r"""The starting point used by :func:`fit`.
+
+    Means are ``n_components`` distinct data points chosen with ``key``
+    (:func:`jax.random.choice` without replacement; above ``2**20`` rows,
+    which would make that permutation of all ``N`` indices cost about 64
+    bytes a row, Floyd's algorithm: ``K`` draws, memory independent of
+    ``N``); every covariance is the (biased) sample covariance of ``x`` plus
+    ``reg_covar * I``; weights are uniform :math:`1/K`.
+
+    Args:
+      x: ``(N, d)``.
+      n_components: :math:`K`, with ``1 <= K <= N``.
+      key: a ``jax.random`` key.
+      reg_covar: non-negative ridge added to the covariances (default
+        ``1e-6``, as :func:`fit` and scikit-learn).
+
+    Returns:
+      :class:`Params`.
+    """
+    x = _check_x(x)
+    K = _check_components(n_components, x.shape[0])
+    reg = _check_reg(reg_covar)
+    return _initial(x[_rows.choose_rows(key, x.shape[0], K)], _pooled_covariance(x, reg))
+
+
+@jax.jit
+def _pooled_covariance(x, reg):
+    centred = x - jnp.mean(x, axis=0)
+    return centred.T @ centred / x.shape[0] + reg * jnp.eye(x.shape[1], dtype=x.dtype)
+
+
+def _initial(means, cov) -> Params:
+    """Uniform weights, the given means, every covariance ``cov`` (which must be positive definite)."""
+    try:
+        np.linalg.cholesky(np.asarray(cov, np.float64))
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
+        ) from None
+    K, d = means.shape
+    return Params(
+        jnp.full((K,), 1.0 / K, dtype=cov.dtype), jnp.asarray(means, cov.dtype), jnp.broadcast_to(cov, (K, d, d))
+    )
+
+
+def _check_components(n_components, N: int) -> int:
+    try:
+        K = operator.index(n_components)
+    except TypeError:
+        raise ValueError(f"n_components must be an integer; got {n_components!r}") from None
+    if K < 1:
+        raise ValueError(f"n_components must be >= 1; got {K}")
+    if K > N:
+        raise ValueError(f"n_components must be <= N = {N} (number of rows of x); got {K}")
+    return K
+
+
+def _not_pd(covariances: Array) -> Array:
+    """``(K,)`` booleans: True where a covariance has no finite Cholesky factor (not positive definite)."""
+    return ~jnp.all(jnp.isfinite(_cholesky(covariances)), axis=(-2, -1))
+
+
+def _em_loop(params: Params, stats, N, shift: Array, max_iter: int, tol, reg_covar, dtype):
+    """EM until ``max_iter`` steps, a change in energy below ``tol * N``, or a failed M-step.
+
+    ``stats(p)`` returns ``(sum_i ln p(x_i | p), R)``: one pass over the data at ``p``
+    gives both the energy E_t = -sum_i ln p(x_i | p_t) and the sufficient statistics
+    for p_{t+1} (``sharding`` passes a sharded pass over the rows). A covariance that
+    is not positive definite after an M-step (a component collapsed onto fewer than
+    d + 1 distinct points, or emptied) stops the loop at the last good parameters;
+    ``failed`` records (iteration, first bad component), or (-1, -1).
+    """
+    ll0, R0 = stats(params)
+    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=dtype).at[0].set(-ll0)
+    no_failure = jnp.array([-1, -1], dtype=jnp.int32)
+
+    def cond(carry):
+        i, _, _, _, done, failed = carry
+        return (i < max_iter) & ~done & (failed[0] < 0)
+
+    def body(carry):
+        i, p_old, R, tr, _, _ = carry
+        p = _m_step(R, N, shift, reg_covar)
+        bad = _not_pd(p.covariances)
+        failed = jnp.where(jnp.any(bad), jnp.stack([i + 1, jnp.argmax(bad)]).astype(jnp.int32), no_failure)
+        ok = failed[0] < 0
+        p = jax.tree.map(lambda new, old: jnp.where(ok, new, old), p, p_old)
+        ll, R_new = stats(p)
+        done = jnp.abs(tr[i] + ll) < tol * N  # change in mean log-likelihood < tol
+        tr = jnp.where(ok, tr.at[i + 1].set(-ll), tr)
+        return jnp.where(ok, i + 1, i), p, R_new, tr, done, failed
+
+    n_iter, params, _, trace, done, failed = jax.lax.while_loop(cond, body, (0, params, R0, trace, False, no_failure))
+    return params, trace, n_iter, done, failed
+
+
+def sufficient_statistics(params: Params, x, shift, valid=None):
+    r"""One pass over the rows: :math:`(\sum_i \ln p(x_i), R)` with :math:`R = r^\top f(x - \mathrm{shift})`.
+
+    :math:`r` are the responsibilities and :math:`f(y) = [1, y, y_a y_b]_{a \le b}`
+    the quadratic features, so ``R`` holds :math:`N_k`, :math:`\sum_i r_{ik}(x_i - s)`
+    and the packed :math:`\sum_i r_{ik}(x_i - s)(x_i - s)^\top`: all the M-step needs.
+    ``shift`` (usually the data mean) keeps the second moments well conditioned;
+    ``valid`` (``(N,)`` of 0/1) masks padding rows. Sums over row blocks add, so a
+    sharded pass is the ``psum`` of per-device passes (:mod:`lse_energy.sharding`).
+    A kernel: it does not validate, for use inside ``jit``.
+    """
+    return _suff_stats(_sim_coefficients(params, shift), x, shift, valid)
+
+
+def m_step(R, n, shift, reg_covar) -> Params:
+    """The closed-form M-step (:func:`em_step`) from :func:`sufficient_statistics` ``R`` of ``n`` rows.
+
+    A kernel: it does not validate, for use inside ``jit``.
+    """
+    return _m_step(R, n, shift, reg_covar)
+
+
+def _local_statistics(params, x, shift):
+    return sufficient_statistics(params, x, shift)
+
+
+@partial(jax.jit, static_argnames=("statistics", "n", "max_iter"))
+def _em_jit(params, statistics, data, n, shift, max_iter, tol, reg_covar):
+    return _em_loop(params, lambda p: statistics(p, *data), n, shift, max_iter, tol, reg_covar, shift.dtype)
+
+
+def _raise_if_failed(failed, reg_covar: float) -> None:
+    """Raise the fit's ``ValueError`` for a covariance that lost positive-definiteness."""
+    it, k = (int(v) for v in np.asarray(failed))
+    if it >= 0:
+        raise ValueError(
+            f"component {k}: its covariance is not positive definite after EM iteration {it} "
+            f"(ill-defined empirical covariance: the component collapsed onto too few distinct "
+            f"points, or lost all its points) with reg_covar={reg_covar:g}; increase reg_covar "
+            f"(default 1e-6, as scikit-learn) or decrease n_components"
+        )
+
+
+def _check_fit_args(max_iter, tol) -> tuple[int, float]:
+    """``fit``'s ``max_iter`` (integer >= 0) and ``tol`` (finite float >= 0)."""
+    return _validate.count("max_iter", max_iter, 0), _validate.nonnegative("tol", tol)
+
+
+def fit(
+    x,
+    n_components: int,
+    *,
+    key,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    reg_covar: float = 1e-6,
+    chunk_rows: int | None = None,
+):
+    r"""Fit a :math:`K`-component mixture by EM from :func:`init_params`.
+
+    The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
+    steps or when the change in mean log-likelihood
+    :math:`|E_{t-1} - E_t| / N` drops below ``tol`` (scikit-learn's rule).
+
+    Args:
+      x: ``(N, d)`` data, float32 or float64 (the result has the same dtype).
+        A NumPy memmap, or any array-like with ``shape``, ``dtype`` and row
+        slicing that is not a NumPy or JAX array (an h5py or zarr dataset),
+        is never loaded whole: it is read ``chunk_rows`` rows at a time, once
+        per EM iteration (:func:`streamed_fit`), so it may be larger than memory.
+      n_components: :math:`K \ge 1`.
+      key: ``jax.random`` key choosing the initial means (keyword-only).
+      max_iter: maximum number of EM steps (``>= 0``).
+      tol: convergence threshold on the per-point energy change (``>= 0``).
+      reg_covar: ridge added to every covariance, at initialisation and in
+        each M-step. The default ``1e-6`` is scikit-learn's: it keeps a
+        component that collapses onto a few identical points finite. Pass
+        ``0`` for exact EM (whose energy trace is non-increasing).
+      chunk_rows: rows per chunk when streaming (default ``65536``); passing
+        it streams any ``x``, in memory or not. The streamed fit equals the
+        in-memory one up to the order of the floating point sums.
+
+    Returns:
+      :class:`~lse_energy.core.FitResult` with the fitted :class:`Params`, the
+      energy trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0`
+      at the initial parameters), ``n_iter`` :math:`= T \le` ``max_iter``, and
+      ``converged`` (the ``tol`` rule stopped the loop); no ``extras``. With
+      ``reg_covar = 0`` the trace is non-increasing.
+
+    Raises:
+      ValueError: on bad arguments, and when an M-step leaves a covariance
+        that is not positive definite (the message names the component and
+        the iteration, and suggests a larger ``reg_covar``). A fit never
+        returns NaN parameters. Under an outer ``jax.jit`` nothing can be
+        raised; call ``fit`` outside ``jit``.
+    """
+    if chunk_rows is not None or _rows.is_streamed(x):
+        stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
+        return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar)
+    x = _check_x(x)
+    _check_fit_args(max_iter, tol)
+    params = init_params(x, n_components, key=key, reg_covar=reg_covar)
+    shift = jnp.mean(x, axis=0)
+    return em(
+        params,
+        _local_statistics,
+        (x, shift),
+        n=x.shape[0],
+        shift=shift,
+        max_iter=max_iter,
+        tol=tol,
+        reg_covar=reg_covar,
+    )
+
+
+def em(
+    params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6
+):
+    r"""EM from ``params`` with a given pass over the data; the loop of :func:`fit`.
+
+    Each iteration is one call ``statistics(p, *data) -> (sum_i ln p(x_i | p), R)``
+    (:func:`sufficient_statistics` for data in memory; :mod:`lse_energy.sharding`
+    passes a sharded pass), then :func:`m_step`. The stopping rule, the energy
+    trace and the error on a covariance that is no longer positive definite are
+    those of :func:`fit`.
+
+    Args:
+      params: initial :class:`Params`.
+      statistics: a hashable function (a static argument of the jitted loop).
+      data: tuple of arrays passed to ``statistics`` after ``p``.
+      n: the number of data points ``N``.
+      shift: ``(d,)`` the shift ``statistics`` uses.
+      max_iter, tol, reg_covar: as in :func:`fit`.
+
+    Returns:
+      :class:`~lse_energy.core.FitResult` as :func:`fit`.
+    """
+    params = check_params(params)
+    max_iter, tol_f = _check_fit_args(max_iter, tol)
+    reg = _check_reg(reg_covar)
+    shift = jnp.asarray(shift)
+    params, trace, n_iter, done, failed = _em_jit(
+        params,
+        statistics,
+        tuple(data),
+        operator.index(n),
+        shift,
+        max_iter,
+        jnp.asarray(tol_f, shift.dtype),
+        jnp.asarray(reg, shift.dtype),
+    )
+    _raise_if_failed(failed, reg)
+    n_iter = int(n_iter)
+    return core.FitResult(params, trace[: n_iter + 1], n_iter, bool(done))
+
+
+# ---------------------------------------------------------------------------
+# Data larger than memory: EM over row chunks
+# ---------------------------------------------------------------------------
+
+
+_m_step_jit = jax.jit(_m_step)
+
+
+@jax.jit
+def _chunk_statistics(params, x, valid, shift):
+    return sufficient_statistics(params, x, shift, valid)
+
+
+def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):
+    r""":func:`fit` reading the rows from ``stream`` (a ``lse_energy._rows.Stream``) one chunk at a time.
+
+    The initialisation of :func:`init_params` (the same rows as means; mean and
+    covariance in two passes), then the loop of :func:`em` driven from Python:
+    each iteration is one pass summing the chunks' sufficient statistics, then
+    :func:`m_step`. Same stopping rule, trace and errors as :func:`fit`; the
+    result equals the in-memory fit up to the order of the floating point sums.
+    """
+    max_iter, tol = _check_fit_args(max_iter, tol)
+    reg = _check_reg(reg_covar)
+    K = _check_components(n_components, stream.n)
+    shift, cov = _rows.moments(stream, reg)
+    params = _initial(stream.rows_at(_rows.choose_rows(key, stream.n, K)), cov)
+    reg_a = jnp.asarray(reg, shift.dtype)
+
+    def one_pass(p):
+        return _rows.stream_sum(stream, lambda xc, vc: stream.statistics(p, xc, vc, shift))
+
+    def m_step_checked(R, iteration):
+        p = _m_step_jit(R, stream.n, shift, reg_a)
+        bad = np.asarray(_not_pd(p.covariances))
+        if bad.any():
+            _raise_if_failed(np.array([iteration, int(np.argmax(bad))]), reg)
+        return p
+
+    params, trace, done = _rows.em_loop(params, one_pass, m_step_checked, stream.n, max_iter, tol)
+    return core.FitResult(params, jnp.asarray(trace, shift.dtype), len(trace) - 1, done)

@@ -1,0 +1,48 @@
+"""The benchmarks time each peer in its fastest configuration (checked without timing anything).
+
+PyTorch's ``scaled_dot_product_attention`` takes its fused flash kernel on the CPU only
+for 4-D ``(batch, heads, L, E)`` inputs; 3-D inputs take the unfused math path, several
+times slower. The attention benchmark must time the fused layout (and compare against
+the fastest configuration it timed).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks import bench_attention as B  # importable: tests/ is a package, so pytest puts the root on sys.path
+
+
+def test_attention_benchmark_times_the_4d_layout():
+    a = np.zeros((7, 5), np.float32)
+    assert 4 in B.TORCH_LAYOUTS.values()
+    shapes = {label: B.sdpa_layout(a, ndim).shape for label, ndim in B.TORCH_LAYOUTS.items()}
+    assert shapes["4-D (B, H, L, E)"] == (1, 1, 7, 5)
+    assert shapes["3-D (B, L, E)"] == (1, 7, 5)
+    with pytest.raises(ValueError, match="ndim"):
+        B.sdpa_layout(a, 2)
+
+
+def test_fastest_picks_the_smallest_time_and_names_it():
+    t = {"torch sdpa x": 3.0, "torch sdpa y": 1.0, "torch sdpa z": 2.0}
+    assert B.fastest(t, "torch sdpa ", ["x", "y", "z"]) == (1.0, "y")
+
+
+def _dispatched(torch, fn) -> set[str]:
+    from torch.profiler import profile
+
+    with profile() as prof:
+        fn()
+    return {e.name for e in prof.events()}
+
+
+def test_torch_configs_dispatch_to_the_fused_kernel_only_in_4d():
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(0)
+    qn, kn, vn, gn = (rng.normal(size=(64, 16)).astype(np.float32) for _ in range(4))
+    configs = B.torch_configs(torch, qn, kn, vn, gn)
+    assert len(configs) == len(B.TORCH_LAYOUTS) * len(B.TORCH_THREADS)
+    for label, (fwd, _, _) in configs.items():
+        fused = B.FUSED_KERNEL in _dispatched(torch, fwd)
+        assert fused == label.startswith("4-D"), label
