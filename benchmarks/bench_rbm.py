@@ -65,7 +65,10 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
         ], {}
     import jax
     import jax.numpy as jnp
+    import optax
     from sklearn.neural_network import BernoulliRBM
+
+    sgd = optax.sgd(lr)  # theta <- theta + lr g_CD: the update sklearn's BernoulliRBM takes
 
     x64 = digits(tiles)
     n_batches = x64.shape[0] // batch_size
@@ -85,8 +88,7 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
                     key=jax.random.key(1),
                     n_epochs=1,
                     batch_size=batch_size,
-                    learning_rate=lr,
-                    k=1,
+                    optimizer=sgd,
                     monitor=False,
                 )
             )
@@ -145,7 +147,7 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
     # sanity: training lowers the reconstruction error (the monitored run, float64)
     xj = jnp.asarray(x64)
     p0 = rbm.init_params(x64.shape[1], n_hidden, key=jax.random.key(0), scale=0.01)
-    trace = rbm.fit(p0, xj, key=jax.random.key(1), n_epochs=2, batch_size=batch_size, learning_rate=lr, k=1).extras
+    trace = rbm.fit(p0, xj, key=jax.random.key(1), optimizer=sgd, n_epochs=2, batch_size=batch_size).extras
     rows.append(
         row(
             "3 RBM",

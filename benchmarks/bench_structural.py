@@ -45,7 +45,7 @@ def run(
     n_steps: int = 300,
     n_test: int = 256,
     rank: int = 5,
-    max_steps: int = 60,
+    max_iter: int = 60,
 ):
     """Rows of section 4 and the raw figures per ``n``; the task is chapter 09's (d = 10, rank 5, p = 1/5)."""
     try:
@@ -68,7 +68,7 @@ def run(
     import optax
 
     opt = optax.adam(2e-2)
-    train = dict(n_steps=n_steps, batch=32, n=n_train, d=d, d_k=d_k, rank=rank, n_test=n_test, max_steps=max_steps)
+    train = dict(n_steps=n_steps, batch=32, n=n_train, d=d, d_k=d_k, rank=rank, n_test=n_test, max_iter=max_iter)
     trained = {
         m: toy.run_expanding_experiment(m, list(seeds), [P], optimizer=opt, **train)[0] for m in ("self", "expanding")
     }
@@ -91,7 +91,7 @@ def run(
             var = float(task.w_y @ task.w_y)
             loss["self"].append(float(jnp.mean((f_self(params_of("self", i), x) - y) ** 2)) / var)
             yh, res = toy.predict_expanding_task(
-                "expanding", params_of("expanding", i), x, max_steps=max_steps, max_window="auto"
+                "expanding", params_of("expanding", i), x, max_iter=max_iter, max_window="auto"
             )
             assert not bool(jnp.any(res.overflow))
             loss["expanding"].append(float(jnp.mean((yh - y) ** 2)) / var)
@@ -100,15 +100,11 @@ def run(
         # Timing on seed 0's models; the cap comes from a calibration batch, not the timed one.
         ps, pe = params_of("self", 0), params_of("expanding", 0)
         xc, _, _ = toy.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(7))
-        cap = toy.predict_expanding_task("expanding", pe, xc, max_steps=max_steps, max_window="auto")[1].weights.shape[
-            -1
-        ]
+        cap = toy.predict_expanding_task("expanding", pe, xc, max_iter=max_iter, max_window="auto")[1].weights.shape[-1]
         x, _, _ = toy.sample_expanding(tasks[0], n, batch, P, key=jax.random.key(8))
         while True:
             f_exp = jax.jit(
-                lambda p, xx, cap=cap: toy.predict_expanding_task(
-                    "expanding", p, xx, max_steps=max_steps, max_window=cap
-                )
+                lambda p, xx, cap=cap: toy.predict_expanding_task("expanding", p, xx, max_iter=max_iter, max_window=cap)
             )
             _, res = f_exp(pe, x)
             if cap >= n - 1 or not bool(jnp.any(res.overflow)):
@@ -118,7 +114,7 @@ def run(
             {
                 "self": lambda: f_self(ps, x).block_until_ready(),
                 "expanding": lambda: f_exp(pe, x)[0].block_until_ready(),
-                "auto": lambda: toy.predict_expanding_task("expanding", pe, x, max_steps=max_steps, max_window="auto")[
+                "auto": lambda: toy.predict_expanding_task("expanding", pe, x, max_iter=max_iter, max_window="auto")[
                     0
                 ].block_until_ready(),
             },

@@ -20,6 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lse_energy import _validate
+
 _bar = None
 last: tuple[int, int] | None = None  # (steps reported, total) of the last closed bar; for tests
 
@@ -40,8 +42,7 @@ def bar(enabled, total: int, desc: str):
     report has arrived before the bar closes.
     """
     global _bar, last
-    if not isinstance(enabled, (bool, np.bool_)):
-        raise ValueError(f"progress must be a bool; got {enabled!r}")
+    _validate.flag("progress", enabled)
     if not enabled:
         yield 0
         return

@@ -123,6 +123,13 @@ def count(name: str, value, low: int = 1) -> int:
     return int(value)
 
 
+def flag(name: str, value) -> bool:
+    """A ``bool`` (NumPy's included); integers such as ``1`` are refused."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise ValueError(f"{name} must be a bool; got {value!r}")
+    return bool(value)
+
+
 def prng_key(name: str, key):
     """One PRNG key: a typed key (``jax.random.key``) of shape ``()`` or a raw ``uint32`` key
     (``jax.random.PRNGKey``) of shape ``(2,)``."""

@@ -19,7 +19,7 @@ standard PC with effective precisions :math:`k_{ij}\alpha_{ij}`).
 Functions: :func:`errors`, :func:`sim`, :func:`attention`,
 :func:`effective_precisions`, :func:`energy`,
 :func:`standard_energy`, the gradients :func:`grad_x`,
-:func:`standard_grad_x`, :func:`grad_params`, the curvature
+:func:`grad_x_standard`, :func:`grad_params`, the curvature
 bound :func:`lipschitz` and the driver :func:`infer`.
 
 All gradient functions return :math:`\partial F/\partial(\cdot)` (the gradient, not its
@@ -53,7 +53,7 @@ __all__ = [
     "energy",
     "standard_energy",
     "grad_x",
-    "standard_grad_x",
+    "grad_x_standard",
     "grad_params",
     "lipschitz",
     "Inference",
@@ -409,7 +409,7 @@ def grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     return _grad_x(params, x, k, activation)
 
 
-def standard_grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> Array:
+def grad_x_standard(params: Params, x, precisions=None, *, activation: str = "tanh") -> Array:
     r""":math:`\partial F_{\mathrm{std}}/\partial x`, the standard inference dynamics (§4.4, first display).
 
     .. math:: \dot x_i = -\frac{\partial F_{\mathrm{std}}}{\partial x_i}
@@ -543,8 +543,7 @@ def lipschitz(
             raise ValueError(f"radius must be a finite scalar > 0 for activation='tanh'; got {radius!r}")
     else:
         radius = 0.0
-    if not isinstance(normalised, (bool, np.bool_)):
-        raise ValueError(f"normalised must be a bool; got {normalised!r}")
+    _validate.flag("normalised", normalised)
     return _lipschitz(params, k, free, activation, radius, bool(normalised))
 
 
@@ -601,7 +600,7 @@ def infer(
 
     the Euler discretisation of the dynamics of §4.4 (second display with
     ``normalised=True``, :func:`grad_x`; first display with
-    ``normalised=False``, :func:`standard_grad_x`). Clamped neurons
+    ``normalised=False``, :func:`grad_x_standard`). Clamped neurons
     (inputs, observations) keep their initial values exactly. A batch of
     independent states is updated together. Jitted, with ``lax.scan``.
 
@@ -625,6 +624,5 @@ def infer(
     free = ~_check_clamp_mask(clamp, params.weights.shape[0])
     n_steps = _validate.count("n_steps", n_steps, 1)
     eta = jnp.asarray(_validate.positive("step_size", step_size), x0.dtype)
-    if not isinstance(normalised, (bool, np.bool_)):
-        raise ValueError(f"normalised must be a bool; got {normalised!r}")
+    _validate.flag("normalised", normalised)
     return _infer_jit(params, x0, k, free, eta, n_steps, activation, bool(normalised))

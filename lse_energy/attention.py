@@ -51,17 +51,18 @@ from lse_energy.core import GradientTerms
 Array = jax.Array
 
 __all__ = [
+    "sim",
     "Params",
     "MultiHeadParams",
-    "cross_energy",
-    "cross_grad_queries",
-    "cross_grad_keys",
-    "cross_energy_tokens",
-    "cross_grad_tokens",
-    "cross_grad_params",
+    "energy",
+    "grad_q",
+    "grad_k",
+    "token_energy",
+    "grad_tokens",
+    "grad_params",
     "self_energy",
-    "self_grad_terms",
-    "self_grad",
+    "grad_self_terms",
+    "grad_self",
     "attention_weights",
     "attend",
     "edge_prior",
@@ -138,7 +139,15 @@ def _sim(q, k, beta, bias):
 # ---------------------------------------------------------------------------
 
 
-def cross_energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
+def sim(q, k, *, beta=1.0, bias=None) -> Array:
+    r"""The similarities of cross-attention, :math:`\mathrm{sim}(q_c, k_p) = \beta\, q_c^\top k_p + b_{cp}`,
+    ``(..., N_Q, N_K)``: children are the queries, parents the keys (arguments as :func:`energy`)."""
+    q, k = _validate.qk(q, k)
+    _validate.beta(beta)
+    return _sim(q, k, beta, _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1]))
+
+
+def energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     r"""Cross-attention energy, eq. (6) of Tschantz (2025), with temperature and log-prior.
 
     .. math:: E^{\mathrm{Cross}} = -\sum_{c=1}^{N_Q} \ln \sum_{p=1}^{N_K}
@@ -164,7 +173,7 @@ def cross_energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     return core.energy(_sim(q, k, beta, bias), mask)
 
 
-def cross_grad_queries(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
+def grad_q(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     r""":math:`\partial E^{\mathrm{Cross}}/\partial q_c`, eq. (7) of Tschantz (2025).
 
     .. math:: -\frac{\partial E}{\partial q_c} = \beta \sum_p w_{cp}\, k_p,
@@ -183,12 +192,12 @@ def cross_grad_queries(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     return -beta * jnp.einsum("...cp,...pd->...cd", w, k)
 
 
-def cross_grad_keys(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
+def grad_k(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     r""":math:`\partial E^{\mathrm{Cross}}/\partial k_p`, eq. (8) of Tschantz (2025).
 
     .. math:: -\frac{\partial E}{\partial k_p} = \beta \sum_c w_{cp}\, q_c,
 
-    with the same weights as :func:`cross_grad_queries`: the softmax is over
+    with the same weights as :func:`grad_q`: the softmax is over
     parents :math:`p` (each child's row), and the key collects the queries
     that chose it. Eq. (8)'s ":math:`\mathrm{softmax}_p`" means exactly this
     row-normalised :math:`w_{cp}`, summed down the column :math:`p`.
@@ -221,7 +230,7 @@ def _check_cross_tokens(params, xq, xk):
     return wq, wk, xq, xk
 
 
-def cross_energy_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Array:
+def token_energy(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Array:
     r"""Eq. (6) as a function of raw tokens: :math:`q_c = W^Q x^Q_c`, :math:`k_p = W^K x^K_p`.
 
     Args:
@@ -233,10 +242,10 @@ def cross_energy_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=Non
       Scalar energy.
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
-    return cross_energy(xq @ wq.T, xk @ wk.T, beta=beta, mask=mask, bias=bias)
+    return energy(xq @ wq.T, xk @ wk.T, beta=beta, mask=mask, bias=bias)
 
 
-def cross_grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None):
+def grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None):
     r"""Gradients w.r.t. the raw tokens: eqs. (7)–(8) followed by the chain rule.
 
     §3 of Tschantz (2025): "when mapping back to the raw tokens, chain-rule
@@ -250,12 +259,12 @@ def cross_grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None)
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
     q, k = xq @ wq.T, xk @ wk.T
-    dq = cross_grad_queries(q, k, beta=beta, mask=mask, bias=bias)
-    dk = cross_grad_keys(q, k, beta=beta, mask=mask, bias=bias)
+    dq = grad_q(q, k, beta=beta, mask=mask, bias=bias)
+    dk = grad_k(q, k, beta=beta, mask=mask, bias=bias)
     return dq @ wq, dk @ wk
 
 
-def cross_grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Params:
+def grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Params:
     r"""Gradients w.r.t. :math:`W^Q` and :math:`W^K`: eqs. (7)–(8) and the chain rule.
 
     .. math::
@@ -274,8 +283,8 @@ def cross_grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None)
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
     q, k = xq @ wq.T, xk @ wk.T
-    dq = cross_grad_queries(q, k, beta=beta, mask=mask, bias=bias)
-    dk = cross_grad_keys(q, k, beta=beta, mask=mask, bias=bias)
+    dq = grad_q(q, k, beta=beta, mask=mask, bias=bias)
+    dk = grad_k(q, k, beta=beta, mask=mask, bias=bias)
     return Params(wq=jnp.einsum("...ck,...ci->ki", dq, xq), wk=jnp.einsum("...pk,...pi->ki", dk, xk))
 
 
@@ -321,7 +330,7 @@ def self_energy(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
     return core.energy(_sim(x @ wq.T, x @ wk.T, beta, bias), mask)
 
 
-def self_grad_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> GradientTerms:
+def grad_self_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> GradientTerms:
     r"""The two terms of :math:`-\partial E^{\mathrm{SA}}/\partial x_i`, eq. (16) of Tschantz (2025).
 
     .. math::
@@ -353,13 +362,13 @@ def self_grad_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Gra
     return GradientTerms(child=child, parent=parent)
 
 
-def self_grad(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
-    r""":math:`\partial E^{\mathrm{SA}}/\partial x`, eq. (16): minus the sum of :func:`self_grad_terms`.
+def grad_self(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
+    r""":math:`\partial E^{\mathrm{SA}}/\partial x`, eq. (16): minus the sum of :func:`grad_self_terms`.
 
     Returns:
       ``(..., N, d)``.
     """
-    t = self_grad_terms(params, x, beta=beta, mask=mask, bias=bias)
+    t = grad_self_terms(params, x, beta=beta, mask=mask, bias=bias)
     return -(t.child + t.parent)
 
 
@@ -629,13 +638,17 @@ def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
     return jnp.stack([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(n, d)
 
 
-def sinusoidal_shift(k, d: int, *, base: float = 10000.0) -> Array:
-    r"""The rotation :math:`R(k)` with :math:`\mathrm{PE}(i + k) = R(k)\, \mathrm{PE}(i)` for all ``i``.
+def sinusoidal_shift(offset, d: int, *, base: float = 10000.0) -> Array:
+    r"""The rotation :math:`R(o)` with :math:`\mathrm{PE}(i + o) = R(o)\, \mathrm{PE}(i)` for all ``i``.
 
     Block diagonal, one :math:`2 \times 2` block per frequency:
-    :math:`\begin{pmatrix} \cos k\omega_j & \sin k\omega_j \\ -\sin k\omega_j & \cos k\omega_j \end{pmatrix}`
+    :math:`\begin{pmatrix} \cos o\omega_j & \sin o\omega_j \\ -\sin o\omega_j & \cos o\omega_j \end{pmatrix}`
     (from :math:`\sin(a+b)` and :math:`\cos(a+b)`), independent of ``i``; so
     :math:`\mathrm{PE}(i)^\top \mathrm{PE}(j)` depends on :math:`j - i` only.
+
+    Args:
+      offset: the shift :math:`o` in positions, a finite real scalar.
+      d: the encoding's width, a positive even integer.
 
     Returns:
       ``(d, d)`` orthogonal matrix.
@@ -644,9 +657,9 @@ def sinusoidal_shift(k, d: int, *, base: float = 10000.0) -> Array:
         raise ValueError(f"d must be a positive even integer; got {d}")
     if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
         raise ValueError(f"base must be a finite scalar > 1; got {base!r}")
-    if _concrete(k) and not (np.ndim(k) == 0 and np.isfinite(k)):
-        raise ValueError(f"k must be a finite scalar offset; got {k!r}")
+    if _concrete(offset) and not (np.ndim(offset) == 0 and np.isfinite(offset)):
+        raise ValueError(f"offset must be a finite scalar; got {offset!r}")
     omega = base ** (-2.0 * jnp.arange(d // 2) / d)
-    c, s = jnp.cos(k * omega), jnp.sin(k * omega)
+    c, s = jnp.cos(offset * omega), jnp.sin(offset * omega)
     blocks = jnp.stack([jnp.stack([c, s], -1), jnp.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
     return jax.scipy.linalg.block_diag(*blocks)

@@ -133,12 +133,12 @@ def _df(a: Array, h: Array, activation: str) -> Array:
     return jnp.ones_like(a)
 
 
-def init_params(d: int, k: int, *, key: Array, scale: float = 0.1, dtype=None) -> Params:
+def init_params(d: int, n_hidden: int, *, key: Array, scale: float = 0.1, dtype=None) -> Params:
     r"""Random tied-autoencoder parameters: :math:`W_{ij} \sim \mathcal{N}(0, \mathrm{scale}^2/d)`, zero biases.
 
     Args:
       d: input dimension (integer ``>= 1``).
-      k: code size (integer ``>= 1``).
+      n_hidden: the code size :math:`k` (integer ``>= 1``).
       key: PRNG key (keyword-only).
       scale: standard deviation of :math:`\sqrt{d}\,W_{ij}`, ``> 0``.
       dtype: floating dtype of the parameters (default: JAX's default float).
@@ -147,7 +147,7 @@ def init_params(d: int, k: int, *, key: Array, scale: float = 0.1, dtype=None) -
       a :class:`Params` with ``W`` of shape ``(k, d)``.
     """
     d = _validate.count("d", d, 1)
-    k = _validate.count("k", k, 1)
+    k = _validate.count("n_hidden", n_hidden, 1)
     scale = _validate.positive("scale", scale)
     dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
     if not jnp.issubdtype(dtype, jnp.floating):

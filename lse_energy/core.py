@@ -41,8 +41,8 @@ __all__ = [
     "EnergyTerm",
     "sim_matrix",
     "graph_energy",
-    "graph_gradient",
-    "graph_gradient_terms",
+    "grad_graph",
+    "grad_graph_terms",
     "GradientTerms",
     "softmax_average",
     "FitResult",
@@ -414,7 +414,7 @@ class GradientTerms(NamedTuple):
     parent: Array
 
 
-def graph_gradient_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
+def grad_graph_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
     r"""Assemble eq. (4): the child and parent parts of :math:`-\partial E/\partial v_a`.
 
     For each term the softmax weights :math:`w = \mathrm{softmax}_p\,\mathrm{sim}`
@@ -446,17 +446,17 @@ def graph_gradient_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
     return GradientTerms(child=child, parent=parent)
 
 
-def graph_gradient(terms: Sequence[EnergyTerm], nodes) -> Array:
+def grad_graph(terms: Sequence[EnergyTerm], nodes) -> Array:
     r""":math:`\partial E / \partial v` for every node, assembled by eq. (4).
 
     Equals ``jax.grad(graph_energy, argnums=1)(terms, nodes)``; it is computed
     from the softmax weights and sim-partials only (see
-    :func:`graph_gradient_terms`).
+    :func:`grad_graph_terms`).
 
     Returns:
       ``(A, d)`` gradient of the global energy (eq. 3).
     """
-    parts = graph_gradient_terms(terms, nodes)
+    parts = grad_graph_terms(terms, nodes)
     return -(parts.child + parts.parent)
 
 

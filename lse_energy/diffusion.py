@@ -74,6 +74,7 @@ from lse_energy import _validate, core
 Array = jax.Array
 
 __all__ = [
+    "sim",
     "Schedule",
     "make_schedule",
     "linear_schedule",
@@ -456,6 +457,13 @@ def _check_ideal(data, schedule, x, t):
     x = _validate.points("x", x, data.shape[1])
     t = _validate.time_steps(t, schedule.betas.shape[0], x.shape[0])
     return data, schedule, x, t
+
+
+def sim(data, schedule, x, t) -> Array:
+    r"""The similarities :math:`\mathrm{sim}(x_b, x_i) = -\|x_b - \sqrt{\bar\alpha_t}\, x_i\|^2 / (2(1-\bar\alpha_t))`,
+    ``(B, N)``: children are the noisy points, parents the scaled training points (arguments as
+    :func:`energy`)."""
+    return _ideal_sim(*_check_ideal(data, schedule, x, t))
 
 
 def energy(data, schedule, x, t) -> Array:

@@ -77,7 +77,7 @@ __all__ = [
     "Params",
     "analogy",
     "cooccurrence",
-    "cosine_similarity",
+    "cosine",
     "energy",
     "fit",
     "grad_energy",
@@ -144,20 +144,20 @@ def _check_params(params) -> Params:
     return Params(U, V)
 
 
-def _check_counts(counts, n: int, dtype) -> Array:
+def _check_counts(counts, n: int, dtype, name: str = "counts") -> Array:
     # counts are discrete data: integer arrays keep their natural dtype and are cast (exactly) here
     counts = jnp.asarray(counts)
     if jnp.issubdtype(counts.dtype, jnp.integer):
         counts = counts.astype(dtype)
-    counts = _validate.array("counts", counts, 2)
+    counts = _validate.array(name, counts, 2)
     if counts.shape != (n, n):
-        raise ValueError(f"counts must have shape (n_vocab, n_vocab) = ({n}, {n}); got {counts.shape}")
+        raise ValueError(f"{name} must have shape (n_vocab, n_vocab) = ({n}, {n}); got {counts.shape}")
     if _validate.is_concrete(counts):
         c = np.asarray(counts)
         if np.any(c < 0):
-            raise ValueError("counts must be non-negative")
+            raise ValueError(f"{name} must be non-negative")
         if not c.sum() > 0:
-            raise ValueError("counts must have a positive total (at least one pair)")
+            raise ValueError(f"{name} must have a positive total (at least one pair)")
     return counts.astype(dtype)
 
 
@@ -349,7 +349,7 @@ def _ns_loss(S, counts, noise, k):
     )
 
 
-def negative_sampling_loss(params: Params, counts, noise, k: int = 5) -> Array:
+def negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) -> Array:
     r"""Expected negative-sampling loss (word2vec SGNS, §20), summed over pairs.
 
     .. math::
@@ -365,7 +365,7 @@ def negative_sampling_loss(params: Params, counts, noise, k: int = 5) -> Array:
       params: :class:`Params`.
       counts: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts.
       noise: ``(n_vocab,)`` noise distribution :math:`q` (e.g. :func:`noise_distribution`).
-      k: number of negatives per pair, an integer ``>= 1``.
+      n_negatives: :math:`k`, the number of negatives per pair, an integer ``>= 1``.
 
     Returns:
       the scalar loss.
@@ -373,11 +373,11 @@ def negative_sampling_loss(params: Params, counts, noise, k: int = 5) -> Array:
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
     noise = _check_noise(noise, U.shape[0], U.dtype)
-    k = _validate.count("k", k)
+    k = _validate.count("n_negatives", n_negatives)
     return _ns_loss(U @ V.T, counts, noise, k)
 
 
-def grad_negative_sampling_loss(params: Params, counts, noise, k: int = 5) -> Params:
+def grad_negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) -> Params:
     r"""Analytic gradient of :func:`negative_sampling_loss`.
 
     With :math:`G_{cw} = -N_{cw}\sigma(-s_{cw}) + k N_c q_w \sigma(s_{cw})`:
@@ -390,7 +390,7 @@ def grad_negative_sampling_loss(params: Params, counts, noise, k: int = 5) -> Pa
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
     noise = _check_noise(noise, U.shape[0], U.dtype)
-    k = _validate.count("k", k)
+    k = _validate.count("n_negatives", n_negatives)
     G = _ns_score_grad(U @ V.T, counts, noise, k)
     return Params(G @ V, G.T @ U)
 
@@ -567,7 +567,7 @@ def sample_chain(transition, n_tokens: int, *, key: Array) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def cosine_similarity(a, b=None) -> Array:
+def cosine(a, b=None) -> Array:
     r"""Cosine similarity :math:`\frac{a_i^\top b_j}{\|a_i\| \|b_j\|}` between the rows of ``a`` and ``b`` (§20).
 
     Args:
@@ -663,12 +663,12 @@ def _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objectiv
 
 def fit(
     params: Params,
-    counts,
+    x,
     *,
     optimizer: Any,
     n_steps: int,
     objective: str = "softmax",
-    k: int = 5,
+    n_negatives: int = 5,
     noise=None,
     batch_size: int | None = None,
     key: Array | None = None,
@@ -682,18 +682,18 @@ def fit(
     each step takes the exact full-batch gradient (:func:`grad_softmax_loss`,
     :func:`grad_negative_sampling_loss`: negatives in expectation). With an
     integer ``batch_size`` each step samples that many pairs from the counts
-    and, for ``"negative"``, ``k`` negatives per pair from ``noise``, as
+    and, for ``"negative"``, ``n_negatives`` negatives per pair from ``noise``, as
     word2vec's SGD does ("backpropagates only some negative cases"); ``key``
     is then required. Jitted; ``lax.scan`` over the steps.
 
     Args:
       params: initial :class:`Params`.
-      counts: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts (:func:`cooccurrence`).
+      x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts :math:`N_{co}` (:func:`cooccurrence`).
       optimizer: an optax ``GradientTransformation`` (hashable; static).
       n_steps: number of optimizer steps, ``>= 1``.
       objective: ``"softmax"`` or ``"negative"``.
-      k: negatives per pair (``"negative"`` only), ``>= 1``.
-      noise: ``(n_vocab,)`` noise distribution; default :func:`noise_distribution` ``(counts, 0.75)``.
+      n_negatives: :math:`k`, the negatives per pair (``"negative"`` only), ``>= 1``.
+      noise: ``(n_vocab,)`` noise distribution; default :func:`noise_distribution` ``(x, 0.75)``.
       batch_size: ``None`` (full batch) or pairs per step ``>= 1``.
       key: a ``jax.random`` key, required with ``batch_size``.
       opt_state: optimizer state from a previous fit, or ``None`` to initialise.
@@ -708,12 +708,12 @@ def fit(
       ValueError: on bad arguments, or when training diverged.
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
+    counts = _check_counts(x, U.shape[0], U.dtype, name="x")
     _validate.optimizer(optimizer)
     n_steps = _validate.count("n_steps", n_steps)
     if objective not in OBJECTIVES:
         raise ValueError(f"objective must be one of {OBJECTIVES}; got {objective!r}")
-    k = _validate.count("k", k)
+    k = _validate.count("n_negatives", n_negatives)
     noise = noise_distribution(counts) if noise is None else _check_noise(noise, U.shape[0], U.dtype)
     if batch_size is None:
         batch = 0

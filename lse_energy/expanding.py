@@ -205,7 +205,7 @@ class Result(NamedTuple):
         first ``m`` keys: ``m = n`` on the dense path, the cap on the
         truncated one (the keys beyond it have weight zero when there is no
         overflow).
-      q_trace: ``(..., max_steps + 1)``, :math:`q_0, q_1, \dots` (held at
+      q_trace: ``(..., max_iter + 1)``, :math:`q_0, q_1, \dots` (held at
         :math:`q_T` after convergence).
       max_window: ``(...)`` int, :math:`H_{\max} = \max_{t \le T} H_t`.
       dots: ``(...)`` int, dot products computed for this query (see ``ops``).
@@ -251,7 +251,7 @@ def attend(
     beta0=1.0,
     eps: float = 1e-2,
     tol: float = 1e-3,
-    max_steps: int = 100,
+    max_iter: int = 100,
     scale=None,
     mask=None,
     max_window=None,
@@ -264,12 +264,12 @@ def attend(
     each mean-field step (module docstring, steps 1–3) only re-weights them
     with the log-prior of the current :math:`q_t` inside the window
     :math:`H(q_t)`. Iteration stops at the first :math:`t` with
-    :math:`|q_{t+1} - q_t| < \mathrm{tol}` or after ``max_steps`` updates;
+    :math:`|q_{t+1} - q_t| < \mathrm{tol}` or after ``max_iter`` updates;
     the output is the posterior expectation of the values under
     :math:`q_T` (window :math:`H(q_T)`).
 
     **Dense path** (``max_window=None``): a jitted ``lax.scan`` of
-    ``max_steps`` steps over all ``n`` dot products that freezes the state
+    ``max_iter`` steps over all ``n`` dot products that freezes the state
     once converged, so it works under ``jit``/``grad`` (the windows are
     integers and carry no gradient). Use it for training.
 
@@ -298,7 +298,7 @@ def attend(
       alpha0, beta0: Beta hyper-prior parameters, ``> 0`` (scalars or ``(...)``).
       eps: prior tail mass left outside the window, in (0, 1).
       tol: convergence tolerance on :math:`q`, ``> 0``.
-      max_steps: step limit, ``>= 0`` (0 evaluates the prior mean :math:`q_0`).
+      max_iter: step limit, ``>= 0`` (0 evaluates the prior mean :math:`q_0`).
       scale: inverse temperature; ``None`` means :math:`1/\sqrt{d}`.
       mask: optional boolean ``(..., n)`` of existing keys (``mask[..., 0]``
         must be ``True``).
@@ -320,7 +320,7 @@ def attend(
     eps = _validate.open_unit("eps", eps)
     if not (isinstance(tol, (float, int)) and tol > 0):
         raise ValueError(f"tol must be a number > 0; got {tol!r}")
-    max_steps = _validate.count("max_steps", max_steps, 0)
+    max_iter = _validate.count("max_iter", max_iter, 0)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     _check_positive("scale", scale)
@@ -333,7 +333,7 @@ def attend(
     n = k.shape[-2]
     max_window = _check_max_window(max_window, n)
     a0, b0 = jnp.asarray(alpha0, q.dtype), jnp.asarray(beta0, q.dtype)
-    kw = dict(eps=eps, tol=float(tol), max_steps=max_steps, scale=scale)
+    kw = dict(eps=eps, tol=float(tol), max_iter=max_iter, scale=scale)
     if max_window is None:
         return _expanding(q, k, v, a0, b0, mask, **kw)
     if max_window != "auto":
@@ -369,12 +369,12 @@ def _auto_cap(run, cap, n, spent):
     return run(n, False, spent)
 
 
-def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, stop_on_overflow=False):
+def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, stop_on_overflow=False):
     r"""The mean-field iteration on the cached similarities ``sims (..., m)`` of the first ``m <= n`` keys.
 
     Windows are :math:`\min(H(q_t), n)`; a window above ``m`` is clipped to
     ``m`` and flagged in ``overflow`` (impossible when ``m == n``).
-    ``loop="scan"`` runs ``max_steps`` frozen-after-convergence steps
+    ``loop="scan"`` runs ``max_iter`` frozen-after-convergence steps
     (reverse-differentiable); ``"while"`` stops when every query has
     converged (or, with ``stop_on_overflow``, when any query overflowed).
     Inside the loop step 3 needs only the posterior mean distance
@@ -433,14 +433,14 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, st
             carry = step(carry)
             return carry, carry[0] / (carry[0] + carry[1])
 
-        carry, qs = jax.lax.scan(scan_step, init, None, length=max_steps)
+        carry, qs = jax.lax.scan(scan_step, init, None, length=max_iter)
         trace = jnp.concatenate([q0[..., None], jnp.moveaxis(qs, 0, -1)], axis=-1)
     else:
-        trace0 = jnp.zeros((max_steps + 1,) + batch, sims.dtype).at[0].set(q0)
+        trace0 = jnp.zeros((max_iter + 1,) + batch, sims.dtype).at[0].set(q0)
 
         def cond(c):
             j, carry, _ = c
-            go = (j < max_steps) & ~jnp.all(carry[2])
+            go = (j < max_iter) & ~jnp.all(carry[2])
             return go & ~(stop_on_overflow & jnp.any(carry[6]))
 
         def body(c):
@@ -450,7 +450,7 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_steps, loop, st
 
         j, carry, trace = jax.lax.while_loop(cond, body, (jnp.asarray(0), init, trace0))
         qh = carry[0] / (carry[0] + carry[1])
-        trace = jnp.where(jnp.arange(max_steps + 1) > j, qh[..., None], jnp.moveaxis(trace, 0, -1))  # held
+        trace = jnp.where(jnp.arange(max_iter + 1) > j, qh[..., None], jnp.moveaxis(trace, 0, -1))  # held
     a, b, done, t, hmax, hsum, over = carry
     qT = a / (a + b)
     h, o = window(qT)
@@ -480,16 +480,16 @@ def _add_dot_ops(res, d):
     return res._replace(ops=res.ops + d * res.dots.astype(res.ops.dtype))
 
 
-@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
-def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_steps, scale):
+@partial(jax.jit, static_argnames=("eps", "tol", "max_iter"))
+def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_iter, scale):
     n, d = k.shape[-2], k.shape[-1]
     sims = scale * jnp.einsum("...d,...nd->...n", q, k)  # computed once, reused by every step
-    res = _meanfield(sims, v, alpha0, beta0, mask, n, eps=eps, tol=tol, max_steps=max_steps, loop="scan")
+    res = _meanfield(sims, v, alpha0, beta0, mask, n, eps=eps, tol=tol, max_iter=max_iter, loop="scan")
     return _add_dot_ops(res, d)
 
 
-@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
-def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overflow, eps, tol, max_steps, scale):
+@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_iter"))
+def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overflow, eps, tol, max_iter, scale):
     n, d = k.shape[-2], k.shape[-1]
     return _trunc_core(
         q,
@@ -504,12 +504,12 @@ def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overfl
         stop_on_overflow=stop_on_overflow,
         eps=eps,
         tol=tol,
-        max_steps=max_steps,
+        max_iter=max_iter,
         scale=scale,
     )
 
 
-def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflow, eps, tol, max_steps, scale):
+def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflow, eps, tol, max_iter, scale):
     # kc, vc: the first cap keys/values; spent = (ops, dots) of failed attempts (max_window="auto"), added
     # here. Nothing of length n is touched: the weights stay (..., cap).
     sims = scale * jnp.einsum("...d,...nd->...n", q, kc)  # only the first cap dot products
@@ -522,7 +522,7 @@ def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflo
         n,
         eps=eps,
         tol=tol,
-        max_steps=max_steps,
+        max_iter=max_iter,
         loop="while",
         stop_on_overflow=stop_on_overflow,
     )
@@ -558,7 +558,7 @@ def attention(
     beta0=1.0,
     eps: float = 1e-2,
     tol: float = 1e-3,
-    max_steps: int = 100,
+    max_iter: int = 100,
     max_window=None,
 ) -> Result:
     r"""Expanding attention of the last token of ``x: (B, N, d)`` over the ``N - 1`` tokens before it.
@@ -579,13 +579,13 @@ def attention(
     x = _validate.float_array("x", x, min_ndim=3)
     if x.shape[-2] < 2:
         raise ValueError(f"x must hold at least 2 tokens (keys and the query); got shape {x.shape}")
-    eps, tol, max_steps = _validate.open_unit("eps", eps), float(tol), _validate.count("max_steps", max_steps, 0)
+    eps, tol, max_iter = _validate.open_unit("eps", eps), float(tol), _validate.count("max_iter", max_iter, 0)
     _check_positive("alpha0", alpha0)
     _check_positive("beta0", beta0)
     n_keys = x.shape[-2] - 1
     mw = _check_max_window(max_window, n_keys)
     a0, b0 = jnp.asarray(alpha0, x.dtype), jnp.asarray(beta0, x.dtype)
-    kw = dict(eps=eps, tol=tol, max_steps=max_steps)
+    kw = dict(eps=eps, tol=tol, max_iter=max_iter)
     if mw is None:
         return _attention_dense(params, x, a0, b0, **kw)
     if mw != "auto":
@@ -605,18 +605,18 @@ def attention(
     )
 
 
-@partial(jax.jit, static_argnames=("eps", "tol", "max_steps"))
-def _attention_dense(params, x, alpha0, beta0, *, eps, tol, max_steps):
+@partial(jax.jit, static_argnames=("eps", "tol", "max_iter"))
+def _attention_dense(params, x, alpha0, beta0, *, eps, tol, max_iter):
     q = x[:, -1] @ params.wq.T
     ctx = x[:, -2::-1]  # keys/values in distance order: index i = token i + 1 back
     k, v = ctx @ params.wk.T, ctx @ params.wv.T
     return _expanding(
-        q, k, v, alpha0, beta0, None, eps=eps, tol=tol, max_steps=max_steps, scale=1.0 / math.sqrt(q.shape[-1])
+        q, k, v, alpha0, beta0, None, eps=eps, tol=tol, max_iter=max_iter, scale=1.0 / math.sqrt(q.shape[-1])
     )
 
 
-@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_steps"))
-def _attention_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, eps, tol, max_steps):
+@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_iter"))
+def _attention_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, eps, tol, max_iter):
     n_keys = x.shape[-2] - 1
     ctx = x[:, n_keys - cap : n_keys][:, ::-1]  # the cap tokens nearest the query, in distance order
     q = x[:, -1] @ params.wq.T
@@ -634,7 +634,7 @@ def _attention_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, 
         stop_on_overflow=stop_on_overflow,
         eps=eps,
         tol=tol,
-        max_steps=max_steps,
+        max_iter=max_iter,
         scale=1.0 / math.sqrt(q.shape[-1]),
     )
 

@@ -548,7 +548,7 @@ def _mode_coverage(samples, centers, std, n_std, min_fraction) -> Coverage:
         "g_optimizer",
         "n_steps",
         "batch_size",
-        "d_steps",
+        "n_discriminator_steps",
         "kind",
         "train_generator",
         "report_every",
@@ -563,7 +563,7 @@ def _fit(
     g_optimizer,
     n_steps,
     batch_size,
-    d_steps,
+    n_discriminator_steps,
     kind,
     train_generator,
     report_every,
@@ -584,7 +584,7 @@ def _fit(
         i, k = inp
         p, (ds, gs) = carry
         kd, kg = jax.random.split(k)
-        (p, ds), d_losses = jax.lax.scan(d_update, (p, ds), jax.random.split(kd, d_steps))
+        (p, ds), d_losses = jax.lax.scan(d_update, (p, ds), jax.random.split(kd, n_discriminator_steps))
         if train_generator:
             z = core.random_normal(kg, (batch_size, noise_dim), dtype)
             g_val, g = jax.value_and_grad(lambda ph: _g_loss(p._replace(generator=ph), z, kind))(p.generator)
@@ -605,14 +605,14 @@ def _fit(
 
 def fit(
     params: Params,
-    data,
+    x,
     *,
     key,
     d_optimizer,
     g_optimizer,
     n_steps: int,
     batch_size: int = 128,
-    d_steps: int = 1,
+    n_discriminator_steps: int = 1,
     generator_loss: str = "non_saturating",
     train_generator: bool = True,
     opt_state=None,
@@ -620,8 +620,8 @@ def fit(
 ) -> core.FitResult:
     r"""Alternating GAN training, §30 of the lecture notes.
 
-    Each of ``n_steps`` steps takes ``d_steps`` discriminator steps, each on a
-    fresh minibatch of ``batch_size`` real rows (drawn from ``data`` with
+    Each of ``n_steps`` steps takes ``n_discriminator_steps`` discriminator steps, each on a
+    fresh minibatch of ``batch_size`` real rows (drawn from ``x`` with
     replacement) and ``batch_size`` fakes :math:`G(z)`, :math:`z \sim \mathcal N(0, I)`,
     with ``d_optimizer`` on :func:`discriminator_loss`; then (if
     ``train_generator``) one step of ``g_optimizer`` on :func:`generator_loss` of
@@ -636,10 +636,10 @@ def fit(
 
     Args:
       params: initial :class:`Params`; its dtype is the run's.
-      data: ``(N, data_dim)`` real samples (cast to the params' dtype).
+      x: ``(N, data_dim)`` real samples (cast to the params' dtype).
       key: a ``jax.random`` key (minibatches and noise).
       d_optimizer, g_optimizer: optax ``GradientTransformation`` s.
-      n_steps, batch_size, d_steps: integers ``>= 1``.
+      n_steps, batch_size, n_discriminator_steps: integers ``>= 1``.
       generator_loss: ``"non_saturating"`` (the notes') or ``"minimax"``.
       train_generator: ``False`` trains the discriminator only.
       opt_state: ``(d_state, g_state)`` from a previous run's ``extras``, or
@@ -658,29 +658,28 @@ def fit(
     """
     params = _check_params(params)
     dtype = params.discriminator.weights[0].dtype
-    data = _rows("data", data, _dims(params)[1], dtype)
+    x = _rows("x", x, _dims(params)[1], dtype)
     _validate.optimizer(d_optimizer)
     _validate.optimizer(g_optimizer)
     n_steps = _validate.count("n_steps", n_steps, 1)
     batch_size = _validate.count("batch_size", batch_size, 1)
-    d_steps = _validate.count("d_steps", d_steps, 1)
+    n_discriminator_steps = _validate.count("n_discriminator_steps", n_discriminator_steps, 1)
     kind = _check_kind(generator_loss)
-    if not isinstance(train_generator, (bool, np.bool_)):
-        raise ValueError(f"train_generator must be a bool; got {train_generator!r}")
+    _validate.flag("train_generator", train_generator)
     if opt_state is None:
         opt_state = (d_optimizer.init(params.discriminator), g_optimizer.init(params.generator))
     with _progress.bar(progress, n_steps, "GAN steps") as every:
         p, d_trace, extras = jax.block_until_ready(
             _fit(
                 params,
-                data,
+                x,
                 key,
                 opt_state,
                 d_optimizer,
                 g_optimizer,
                 n_steps,
                 batch_size,
-                d_steps,
+                n_discriminator_steps,
                 kind,
                 bool(train_generator),
                 every,

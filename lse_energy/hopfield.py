@@ -64,6 +64,7 @@ from lse_energy import _validate, core
 Array = jax.Array
 
 __all__ = [
+    "sim",
     "energy",
     "grad_queries",
     "grad_memories",
@@ -109,6 +110,13 @@ def _sim(memories, queries, beta):
 # ---------------------------------------------------------------------------
 # Energy and gradients
 # ---------------------------------------------------------------------------
+
+
+def sim(memories, queries, *, beta=1.0) -> Array:
+    r"""The similarities :math:`\mathrm{sim}(x_i, m_\mu) = \beta\, x_i^\top m_\mu`, ``(N, K)``: children are the
+    queries, parents the memories (arguments as :func:`energy`)."""
+    memories, queries = _check(memories, queries, beta)
+    return _sim(memories, queries, beta)
 
 
 def energy(memories, queries, *, beta=1.0) -> Array:

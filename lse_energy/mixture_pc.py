@@ -489,8 +489,8 @@ class FitExtras(NamedTuple):
 
     Attributes:
       mu: ``(K, m)`` latents after the last inference phase.
-      infer_energy: ``(n_rounds, infer_steps)`` energy after each inference step.
-      learn_energy: ``(n_rounds, learn_steps)`` energy after each learning step.
+      infer_energy: ``(n_steps, n_infer_steps)`` energy after each inference step.
+      learn_energy: ``(n_steps, n_learn_steps)`` energy after each learning step.
     """
 
     mu: Array
@@ -498,8 +498,10 @@ class FitExtras(NamedTuple):
     learn_energy: Array
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_rounds", "infer_steps", "learn_steps", "auto_step", "report_every"))
-def _fit_jit(params, x, mu0, step_size, optimizer, n_rounds, infer_steps, learn_steps, auto_step, report_every=0):
+@partial(
+    jax.jit, static_argnames=("optimizer", "n_steps", "n_infer_steps", "n_learn_steps", "auto_step", "report_every")
+)
+def _fit_jit(params, x, mu0, step_size, optimizer, n_steps, n_infer_steps, n_learn_steps, auto_step, report_every=0):
     def learn(carry, _):
         p, state, mu = carry
         g = _grad_params(p, x, mu)
@@ -509,14 +511,14 @@ def _fit_jit(params, x, mu0, step_size, optimizer, n_rounds, infer_steps, learn_
 
     def round_(carry, i):
         p, state, mu = carry
-        _progress.tick(i, n_rounds, report_every)
+        _progress.tick(i, n_steps, report_every)
         eta = 1.0 / _lipschitz(p, x) if auto_step else step_size
-        mu, inf_trace = _infer_scan(p, x, mu, eta, infer_steps)
-        (p, state, mu), learn_trace = jax.lax.scan(learn, (p, state, mu), None, length=learn_steps)
+        mu, inf_trace = _infer_scan(p, x, mu, eta, n_infer_steps)
+        (p, state, mu), learn_trace = jax.lax.scan(learn, (p, state, mu), None, length=n_learn_steps)
         return (p, state, mu), (inf_trace[1:], learn_trace)
 
     state = optimizer.init(params)
-    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(n_rounds))
+    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(n_steps))
     energies = jnp.concatenate([_energy(params, x, mu0)[None], lrn[:, -1]])
     return p, energies, FitExtras(mu=mu, infer_energy=inf, learn_energy=lrn)
 
@@ -527,17 +529,17 @@ def fit(
     mu0,
     *,
     optimizer: Any,
-    n_rounds: int,
-    infer_steps: int,
-    learn_steps: int,
+    n_steps: int,
+    n_infer_steps: int,
+    n_learn_steps: int,
     step_size: float | None = None,
     progress: bool = False,
 ) -> core.FitResult:
     r"""Learn :math:`\phi` and infer :math:`\mu` by alternating descent on eq. (18).
 
-    Each of ``n_rounds`` rounds runs ``infer_steps`` gradient steps on
-    :math:`\mu` with :math:`\phi` fixed (as :func:`infer`), then
-    ``learn_steps`` optimizer steps on :math:`\phi` with :math:`\mu` fixed,
+    Runs ``n_steps`` rounds; one step (one round) is ``n_infer_steps``
+    gradient steps on :math:`\mu` with :math:`\phi` fixed (as :func:`infer`),
+    then ``n_learn_steps`` optimizer steps on :math:`\phi` with :math:`\mu` fixed,
     using the analytic :func:`grad_params`. This is the EM-like
     scheme of §9 of the seed with gradient (not closed-form) M-steps. Jitted,
     with nested ``lax.scan``.
@@ -550,7 +552,9 @@ def fit(
         ``init(params)`` and ``update(grads, state, params)``), e.g.
         ``optax.adam(1e-2)``. It must be hashable (optax's are): it is a
         static argument of the jitted driver.
-      n_rounds, infer_steps, learn_steps: integers ``>= 1``.
+      n_steps: number of rounds (outer steps), an integer ``>= 1``.
+      n_infer_steps, n_learn_steps: inference and learning steps per round,
+        integers ``>= 1``.
       step_size: inference step; ``None`` uses :math:`1/L(\phi)` from
         :func:`mu_lipschitz`, recomputed at the start of every
         round for the current :math:`\phi`, so every inference phase is
@@ -561,8 +565,8 @@ def fit(
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the learned :class:`Params`;
-      ``energies``, ``(n_rounds + 1,)``, :math:`E^{\mathrm{PC}}` at the start
-      and after each round; ``n_iter = n_rounds``; ``converged = None`` (a
+      ``energies``, ``(n_steps + 1,)``, :math:`E^{\mathrm{PC}}` at the start
+      and after each round; ``n_iter = n_steps``; ``converged = None`` (a
       fixed number of rounds); ``extras`` a :class:`FitExtras` with the latents
       and the step-by-step traces.
 
@@ -572,16 +576,16 @@ def fit(
     """
     params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     _validate.optimizer(optimizer)
-    n_rounds = _validate.count("n_rounds", n_rounds, 1)
-    infer_steps = _validate.count("infer_steps", infer_steps, 1)
-    learn_steps = _validate.count("learn_steps", learn_steps, 1)
+    n_steps = _validate.count("n_steps", n_steps, 1)
+    n_infer_steps = _validate.count("n_infer_steps", n_infer_steps, 1)
+    n_learn_steps = _validate.count("n_learn_steps", n_learn_steps, 1)
     step_size = _validate.positive("step_size", step_size, allow_none=True)
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
-    with _progress.bar(progress, n_rounds, "predictive-coding mixture fit (rounds)") as every:
+    with _progress.bar(progress, n_steps, "predictive-coding mixture fit (rounds)") as every:
         p, energies, extras = jax.block_until_ready(
-            _fit_jit(params, x, mu0, eta, optimizer, n_rounds, infer_steps, learn_steps, step_size is None, every)
+            _fit_jit(params, x, mu0, eta, optimizer, n_steps, n_infer_steps, n_learn_steps, step_size is None, every)
         )
-    out = core.FitResult(p, energies, n_rounds, None, extras)
+    out = core.FitResult(p, energies, n_steps, None, extras)
     _validate.require_finite(
         "mixture_pc.fit",
         out,

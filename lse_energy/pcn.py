@@ -547,19 +547,22 @@ class FitExtras(NamedTuple):
       loss: ``(n_epochs, num_batches)`` mean squared output error
         :math:`\frac12\|Y - \hat y\|^2` of the feed-forward pass on each
         minibatch before its weight step.
+      batch_energies: ``(n_epochs, num_batches)`` the mean :math:`F` per example at the end of
+        each minibatch's inference phase (``energies`` holds their mean over each epoch).
     """
 
     opt_state: Any
     loss: Array
+    batch_energies: Any = None
 
 
-def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, infer_steps):
+def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, n_infer_steps):
     L = len(params.weights) + 1
     xs0 = _forward(params, xb)
     loss = 0.5 * jnp.mean(jnp.sum((yb - xs0[-1]) ** 2, axis=-1))
     xs0 = xs0[:-1] + (yb,)
     clamp = (True,) + (False,) * (L - 2) + (True,)
-    xs, _ = _infer_batch(params, xs0, prec, eta, clamp, infer_steps)
+    xs, _ = _infer_batch(params, xs0, prec, eta, clamp, n_infer_steps)
     grads = jax.tree.map(lambda g: g / xb.shape[0], _grad_params(params, xs, prec))
     energy = _energy(params, xs, prec) / xb.shape[0]  # at the equilibrium, before the weight step
     updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -567,8 +570,8 @@ def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, infer_steps):
     return params, opt_state, energy, loss
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "infer_steps"))
-def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, infer_steps):
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "n_infer_steps"))
+def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, n_infer_steps):
     n_batches = x.shape[0] // batch_size
 
     def epoch(carry, k):
@@ -579,7 +582,7 @@ def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, bat
 
         def batch(carry, data):
             p, s = carry
-            p, s, F, loss = _train_batch(p, s, data[0], data[1], prec, eta, optimizer, infer_steps)
+            p, s, F, loss = _train_batch(p, s, data[0], data[1], prec, eta, optimizer, n_infer_steps)
             return (p, s), (F, loss)
 
         (p, s), (F, loss) = jax.lax.scan(batch, (p, s), (xb, yb))
@@ -600,7 +603,7 @@ def fit(
     optimizer: Any,
     n_epochs: int,
     batch_size: int,
-    infer_steps: int,
+    n_infer_steps: int,
     step_size: float = 0.1,
     opt_state=None,
 ) -> core.FitResult:
@@ -609,7 +612,7 @@ def fit(
     For each minibatch (shuffled with ``key`` every epoch; a last partial
     batch is dropped): the value nodes start at the feed-forward pass
     :func:`forward` of :math:`X` with the top replaced by :math:`Y`;
-    ``infer_steps`` inference steps (:func:`infer`, vmapped over the
+    ``n_infer_steps`` inference steps (:func:`infer`, vmapped over the
     batch) relax the hidden layers toward equilibrium; then one optimizer
     step uses the Hebbian gradient :func:`grad_params`, averaged over
     the batch (plain SGD with rate :math:`\kappa` is
@@ -623,7 +626,7 @@ def fit(
       precisions: ``(L,)``, see :func:`errors`.
       key: PRNG key for the shuffling (keyword-only).
       optimizer: an optax ``GradientTransformation`` (hashable; static).
-      n_epochs, infer_steps: integers ``>= 1``.
+      n_epochs, n_infer_steps: integers ``>= 1``.
       batch_size: integer in ``[1, N]``.
       step_size: inference step :math:`\eta > 0`.
       opt_state: optimizer state from a previous call, or ``None`` to
@@ -631,11 +634,11 @@ def fit(
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
-      ``energies``, ``(n_epochs, num_batches)``, the mean :math:`F` per example
-      at the end of each minibatch's inference phase (before its weight step);
-      ``n_iter = n_epochs``; ``converged = None`` (a fixed number of epochs);
-      ``extras`` a :class:`FitExtras` with the optimizer state and the
-      output loss.
+      ``energies``, ``(n_epochs,)``, the mean over each epoch's minibatches of the mean
+      :math:`F` per example at the end of a minibatch's inference phase (before its weight
+      step; the minibatch values are ``extras.batch_energies``); ``n_iter = n_epochs``;
+      ``converged = None`` (a fixed number of epochs); ``extras`` a :class:`FitExtras` with
+      the optimizer state, the output loss and the minibatch energies.
 
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
@@ -646,7 +649,7 @@ def fit(
     prec = _default_precisions(precisions, len(params.weights) + 1, x.dtype)
     _validate.optimizer(optimizer)
     n_epochs = _validate.count("n_epochs", n_epochs, 1)
-    infer_steps = _validate.count("infer_steps", infer_steps, 1)
+    n_infer_steps = _validate.count("n_infer_steps", n_infer_steps, 1)
     batch_size = _validate.count("batch_size", batch_size, 1)
     if batch_size > x.shape[0]:
         raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
@@ -654,11 +657,11 @@ def fit(
     if opt_state is None:
         opt_state = optimizer.init(params)
     p, energies, extras = _train_jit(
-        params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, infer_steps
+        params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, n_infer_steps
     )
-    out = core.FitResult(p, energies, n_epochs, None, extras)
+    out = core.FitResult(p, jnp.mean(energies, axis=1), n_epochs, None, extras._replace(batch_energies=energies))
     _validate.require_finite(
-        "pcn.fit", out, steps=out.energies, hint="lower the optimizer's learning rate or the inference step_size"
+        "pcn.fit", out, steps=energies, hint="lower the optimizer's learning rate or the inference step_size"
     )
     return out
 

@@ -20,7 +20,7 @@ Summing out :math:`h` one unit at a time gives the free energy
 i.e. every hidden unit is a *child* whose two *parents* are its states
 :math:`\{0, 1\}`, with :math:`\mathrm{sim} \in \{0,\ c_j + W_{:j}^\top v\}`.
 That is the log-sum-exp energy of ``core`` (eq. 2 of Tschantz 2025) with a
-fully factorised prior over binary edges, and it is how :func:`free_energy` is
+fully factorised prior over binary edges, and it is how :func:`energy` is
 computed (with :func:`lse_energy.core.logsumexp`). The softmax weights of that
 energy are the conditionals :math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)`.
 
@@ -36,14 +36,14 @@ boolean array raises ``ValueError`` naming it. Unit states ``v`` and ``h``
 are binary data and keep their natural dtypes: float, integer or boolean
 arrays are accepted and cast to ``params.W.dtype``; an integer or boolean
 array must hold 0/1 (anything else raises), and functions that need binary
-data (:func:`gibbs`, :func:`cd_gradient`, :func:`fit`,
+data (:func:`gibbs`, :func:`grad_cd`, :func:`fit`,
 :func:`log_likelihood`, ...) require 0/1 of a float array too. Where a
 function accepts real-valued states (the energies, free energies and
 conditional probabilities extend multilinearly), it says so.
 
 Shapes: ``v`` is ``(n_visible,)`` or a batch ``(N, n_visible)``; ``h`` is
 ``(n_hidden,)`` or ``(N, n_hidden)``. Per-configuration quantities
-(:func:`energy`, :func:`free_energy`, :func:`log_likelihood`) are returned per
+(:func:`joint_energy`, :func:`energy`, :func:`log_likelihood`) are returned per
 sample, ``()`` or ``(N,)``: unlike the scalar energies elsewhere in the package,
 they are log-probabilities of individual configurations; sum them for a total.
 """
@@ -51,7 +51,7 @@ they are log-probabilities of individual configurations; sum them for a total.
 from __future__ import annotations
 
 from functools import partial
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -67,11 +67,11 @@ __all__ = [
     "GibbsState",
     "FitExtras",
     "init_params",
+    "joint_energy",
     "energy",
-    "free_energy",
-    "free_energy_hidden",
-    "free_energy_grad_v",
-    "free_energy_grad_params",
+    "energy_hidden",
+    "grad_v",
+    "grad_params",
     "energy_gap",
     "hidden_probs",
     "visible_probs",
@@ -81,10 +81,10 @@ __all__ = [
     "binary_states",
     "log_partition",
     "log_likelihood",
-    "log_likelihood_grad",
-    "cd_gradient",
+    "grad_log_likelihood",
+    "grad_cd",
     "gibbs_transition_matrix",
-    "expected_cd_gradient",
+    "grad_cd_expected",
     "fit",
 ]
 
@@ -142,9 +142,11 @@ class FitExtras(NamedTuple):
       reconstruction_error: ``(n_epochs,)`` mean over data and pixels of
         :math:`(v - \sigma(b + W \sigma(c + W^\top v)))^2` after each epoch
         (cheap, deterministic, not the likelihood); ``None`` without ``monitor``.
+      opt_state: the optimizer's state after the last step (pass it back to continue).
     """
 
     reconstruction_error: Array
+    opt_state: Any = None
 
 
 # ---------------------------------------------------------------------------
@@ -192,12 +194,6 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
     return x.astype(dtype)
 
 
-def _check_int(value, name: str, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
-    return int(value)
-
-
 # ---------------------------------------------------------------------------
 # Energy, free energy and their gradients
 # ---------------------------------------------------------------------------
@@ -211,8 +207,8 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data
     (means clipped to ``[1e-3, 1 - 1e-3]``), so the untrained model already
     has the data's marginals; otherwise :math:`b = 0`.
     """
-    n_visible = _check_int(n_visible, "n_visible", 1)
-    n_hidden = _check_int(n_hidden, "n_hidden", 1)
+    n_visible = _validate.count("n_visible", n_visible, 1)
+    n_hidden = _validate.count("n_hidden", n_hidden, 1)
     if not (np.isfinite(scale) and scale >= 0):
         raise ValueError(f"scale must be finite and >= 0; got {scale!r}")
     if not jnp.issubdtype(dtype, jnp.floating):
@@ -227,7 +223,7 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data
     return Params(W, b, jnp.zeros(n_hidden, dtype))
 
 
-def energy(params: Params, v, h) -> Array:
+def joint_energy(params: Params, v, h) -> Array:
     r"""Joint energy :math:`E(v, h) = -v^\top W h - b^\top v - c^\top h` (§23.1 of the notes).
 
     Args:
@@ -268,7 +264,7 @@ def _free_energy_hidden(W, b, c, h):
     return -(h @ c) - jnp.sum(core.logsumexp(_visible_sim(W, b, h)), axis=-1)
 
 
-def free_energy(params: Params, v) -> Array:
+def energy(params: Params, v) -> Array:
     r"""Free energy :math:`F(v) = -\ln \sum_h e^{-E(v,h)}`, one log-sum-exp per hidden unit.
 
     .. math::
@@ -297,21 +293,21 @@ def free_energy(params: Params, v) -> Array:
     return _free_energy(W, b, c, v)
 
 
-def free_energy_hidden(params: Params, h) -> Array:
+def energy_hidden(params: Params, h) -> Array:
     r"""The other marginal: :math:`F(h) = -\ln \sum_v e^{-E(v,h)} = -c^\top h - \sum_i \operatorname{softplus}(b_i +
     W_{i:} h)`.
 
     Each *visible* unit is now the child, with the two parents
     :math:`\{0, b_i + W_{i:} h\}`.
 
-    ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``, checked as :func:`free_energy`
+    ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``, checked as :func:`energy`
     checks ``v``; the result is ``()`` or ``(N,)``.
     """
     W, b, c = _check_params(params)
     return _free_energy_hidden(W, b, c, _check_layer(h, W.shape[1], "h", W.dtype))
 
 
-def free_energy_grad_v(params: Params, v) -> Array:
+def grad_v(params: Params, v) -> Array:
     r""":math:`\partial F / \partial v = -b - W\,\sigma(c + W^\top v)`, the continuous relaxation.
 
     This is the child part of eq. (4) of Tschantz (2025): softmax weights
@@ -332,7 +328,7 @@ def free_energy_grad_v(params: Params, v) -> Array:
     return -b - p @ W.T
 
 
-def free_energy_grad_params(params: Params, v) -> Params:
+def grad_params(params: Params, v) -> Params:
     r"""Gradient of the *mean* free energy :math:`\bar F = \frac1N \sum_n F(v_n)` w.r.t. the parameters.
 
     .. math::
@@ -471,7 +467,7 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
     """
     W, b, c = _check_params(params)
     v0 = _check_layer(v0, W.shape[0], "v0", W.dtype, binary=True)
-    n_steps = _check_int(n_steps, "n_steps", 1)
+    n_steps = _validate.count("n_steps", n_steps, 1)
     return _gibbs(W, b, c, v0, key, n_steps)
 
 
@@ -482,7 +478,7 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
 
 def binary_states(n: int, dtype=jnp.float64) -> Array:
     r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``)."""
-    n = _check_int(n, "n", 0)
+    n = _validate.count("n", n, 0)
     if n > MAX_ENUMERATE:
         raise ValueError(f"n must be <= {MAX_ENUMERATE} to enumerate 2**n states; got {n}")
     idx = np.arange(2**n, dtype=np.int64)
@@ -556,10 +552,10 @@ def log_likelihood(params: Params, v, *, log_z=None) -> Array:
             raise ValueError(f"log_z must be a real scalar (a log_partition); got {log_z.dtype}{log_z.shape}")
         if _concrete(log_z) and not bool(np.isfinite(np.asarray(log_z))):
             raise ValueError(f"log_z must be finite; got {log_z}")
-    return free_energy(params, v) * -1.0 - log_z
+    return energy(params, v) * -1.0 - log_z
 
 
-def log_likelihood_grad(params: Params, v) -> Params:
+def grad_log_likelihood(params: Params, v) -> Params:
     r"""Exact gradient of the mean log-likelihood (§23.5–23.7): positive minus negative phase.
 
     .. math::
@@ -610,8 +606,9 @@ def gibbs_transition_matrix(params: Params) -> Array:
     return p_h_given_v @ p_v_given_h
 
 
-def expected_cd_gradient(params: Params, v, k: int) -> Params:
-    r"""The CD-k gradient averaged over infinitely many chains, computed exactly (small RBMs).
+def grad_cd_expected(params: Params, v, n_gibbs_steps: int) -> Params:
+    r"""The CD-k gradient (:math:`k` = ``n_gibbs_steps``) averaged over infinitely many chains, computed exactly
+    (small RBMs).
 
     .. math::
 
@@ -620,11 +617,11 @@ def expected_cd_gradient(params: Params, v, k: int) -> Params:
 
     with :math:`T` from :func:`gibbs_transition_matrix`. At :math:`k = 0` it is
     zero; as :math:`k \to \infty`, :math:`p_\text{data} T^k \to q` and it tends
-    to :func:`log_likelihood_grad`.
+    to :func:`grad_log_likelihood`.
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
-    k = _check_int(k, "k", 0)
+    k = _validate.count("n_gibbs_steps", n_gibbs_steps, 0)
     index = jnp.asarray(np.asarray(v, np.int64) @ (2 ** np.arange(W.shape[0])))
     return _expected_cd_gradient(Params(W, b, c), v, index, k)
 
@@ -678,7 +675,7 @@ def _cd_gradient_any_k(W, b, c, v, key, k, n_keys):
     return jax.tree_util.tree_map(lambda n_, p_: n_ - p_, neg, pos)
 
 
-def cd_gradient(params: Params, v, k: int = 1, *, key) -> Params:
+def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
     r"""CD-k estimate of the log-likelihood gradient (ascent direction), §23.8.
 
     Positive phase: clamp the data and use :math:`P(h = 1 \mid v)`; negative
@@ -696,80 +693,84 @@ def cd_gradient(params: Params, v, k: int = 1, *, key) -> Params:
 
     Args:
       v: ``(N, n_visible)`` binary data (one chain per row).
-      k: Gibbs sweeps, ``>= 1``.
+      n_gibbs_steps: :math:`k`, the Gibbs sweeps, ``>= 1``.
       key: a ``jax.random`` key.
 
     Returns:
-      :class:`Params`, an estimate of :func:`log_likelihood_grad`.
+      :class:`Params`, an estimate of :func:`grad_log_likelihood`.
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
-    k = _check_int(k, "k", 1)
+    k = _validate.count("n_gibbs_steps", n_gibbs_steps, 1)
     if core.prefix_stable(key):
         return _cd_gradient_any_k(W, b, c, v, key, k, n_keys=max(64, 1 << (k - 1).bit_length()))
     return _cd_gradient_jit(W, b, c, v, key, k)
 
 
-@partial(jax.jit, static_argnames=("n_epochs", "batch_size", "k", "monitor"))
-def _fit(params, data, key, learning_rate, n_epochs, batch_size, k, monitor=True):
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "k", "monitor"))
+def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monitor=True):
     n_batches = data.shape[0] // batch_size
 
-    def batch_step(p, inp):
+    def batch_step(carry, inp):
+        p, s = carry
         batch, kk = inp
         g = _cd_gradient(p.W, p.b, p.c, batch, kk, k)
-        return jax.tree_util.tree_map(lambda x, y: x + learning_rate * y, p, g), None
+        # The optimizer descends: its gradient is -g, the CD estimate of -d ln p / d theta.
+        updates, s = optimizer.update(jax.tree_util.tree_map(jnp.negative, g), s, p)
+        return (jax.tree_util.tree_map(jnp.add, p, updates), s), None
 
-    def epoch(p, ek):
+    def epoch(carry, ek):
         kperm, kcd = jax.random.split(ek)
         perm = jax.random.permutation(kperm, data.shape[0])[: n_batches * batch_size]
         batches = data[perm].reshape(n_batches, batch_size, data.shape[1])
-        p, _ = jax.lax.scan(batch_step, p, (batches, jax.random.split(kcd, n_batches)))
+        carry, _ = jax.lax.scan(batch_step, carry, (batches, jax.random.split(kcd, n_batches)))
         if not monitor:
-            return p, (None, None)
+            return carry, (None, None)
+        p = carry[0]
         ph = jax.nn.sigmoid(data @ p.W + p.c)
         recon = jax.nn.sigmoid(ph @ p.W.T + p.b)
         err = jnp.mean((data - recon) ** 2)
         fe = jnp.mean(_free_energy(p.W, p.b, p.c, data))
-        return p, (err, fe)
+        return carry, (err, fe)
 
-    params, (err, fe) = jax.lax.scan(epoch, params, jax.random.split(key, n_epochs))
-    return params, fe, FitExtras(reconstruction_error=err)
+    (params, opt_state), (err, fe) = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
+    return params, fe, FitExtras(reconstruction_error=err, opt_state=opt_state)
 
 
 def fit(
     params: Params,
-    data,
+    x,
     *,
     key,
-    n_epochs: int = 10,
-    batch_size: int = 32,
-    learning_rate: float = 0.05,
-    k: int = 1,
+    optimizer,
+    n_epochs: int,
+    batch_size: int,
+    n_gibbs_steps: int = 1,
     monitor: bool = True,
+    opt_state=None,
 ) -> core.FitResult:
-    r"""Train by CD-k with plain stochastic gradient ascent, :math:`\theta \leftarrow \theta + \eta \hat g_k` (§23.8).
+    r"""Train by CD-k (:math:`k` = ``n_gibbs_steps``) with an optax optimizer (§23.8).
 
     Each epoch shuffles the data, splits it into ``N // batch_size``
     minibatches (the remainder is dropped for that epoch) and takes one
-    :func:`cd_gradient` step per minibatch. Jitted; ``lax.scan`` over epochs
-    and minibatches.
+    optimizer step per minibatch on the negated :func:`grad_cd` (optax descends; CD is an
+    ascent direction): ``optax.sgd(eta)`` gives the notes' :math:`\theta \leftarrow \theta + \eta \hat g_k`.
+    Jitted; ``lax.scan`` over epochs and minibatches.
 
     Args:
       params: initial :class:`Params` (e.g. from :func:`init_params`).
-      data: ``(N, n_visible)`` binary.
+      x: ``(N, n_visible)`` binary data.
       key: a ``jax.random`` key (shuffling and Gibbs sampling).
-      n_epochs, batch_size, k: integers ``>= 1``; ``batch_size <= N``.
-      learning_rate: :math:`\eta > 0`.
-      monitor: compute the per-epoch diagnostics (``energies`` and
-        :class:`FitExtras`). They
-        pass over the whole data set after each epoch, and in float64 that
-        pass costs about twice the epoch itself (18k x 64 digits, 256 hidden:
-        ~4.6M sigmoids and log-sum-exps); with ``False`` both are ``None``
-        and the parameters are identical.
+      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      n_epochs, batch_size, n_gibbs_steps: integers ``>= 1``; ``batch_size <= N``.
+      monitor: compute the per-epoch diagnostics (``energies``, the reconstruction error), a
+        pass over all of ``x`` per epoch that costs about twice the epoch in float64 (18k x 64
+        digits, 256 hidden); with ``False`` both are ``None`` and the parameters are identical.
+      opt_state: state from a previous call, or ``None``.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
-      ``energies``, ``(n_epochs,)``, the mean free energy :math:`F(v)` of the
+      ``energies``, ``(n_epochs,)``, the mean free energy :math:`F(v)` (:func:`energy`) of the
       training data after each epoch (CD-k does not descend it exactly: it is
       a diagnostic); ``n_iter = n_epochs``; ``converged = None`` (a fixed
       number of epochs); ``extras`` a :class:`FitExtras`.
@@ -780,21 +781,20 @@ def fit(
         epoch).
     """
     W, b, c = _check_params(params)
-    data = _check_layer(data, W.shape[0], "data", W.dtype, binary=True)
-    if data.ndim != 2:
-        raise ValueError(f"data must have shape (N, {W.shape[0]}); got {data.shape}")
-    n_epochs = _check_int(n_epochs, "n_epochs", 1)
-    batch_size = _check_int(batch_size, "batch_size", 1)
-    k = _check_int(k, "k", 1)
-    if batch_size > data.shape[0]:
-        raise ValueError(f"batch_size must be <= N = {data.shape[0]}; got {batch_size}")
-    if not (np.isfinite(learning_rate) and learning_rate > 0):
-        raise ValueError(f"learning_rate must be finite and > 0; got {learning_rate!r}")
-    if not isinstance(monitor, (bool, np.bool_)):
-        raise ValueError(f"monitor must be a bool; got {monitor!r}")
-    p, fe, extras = _fit(
-        Params(W, b, c), data, key, jnp.asarray(learning_rate, W.dtype), n_epochs, batch_size, k, bool(monitor)
-    )
+    x = _check_layer(x, W.shape[0], "x", W.dtype, binary=True)
+    if x.ndim != 2:
+        raise ValueError(f"x must have shape (N, {W.shape[0]}); got {x.shape}")
+    _validate.optimizer(optimizer)
+    n_epochs = _validate.count("n_epochs", n_epochs, 1)
+    batch_size = _validate.count("batch_size", batch_size, 1)
+    k = _validate.count("n_gibbs_steps", n_gibbs_steps, 1)
+    if batch_size > x.shape[0]:
+        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
+    _validate.flag("monitor", monitor)
+    params = Params(W, b, c)
+    if opt_state is None:
+        opt_state = optimizer.init(params)
+    p, fe, extras = _fit(params, opt_state, x, key, optimizer, n_epochs, batch_size, k, bool(monitor))
     out = core.FitResult(p, fe, n_epochs, None, extras)
-    _validate.require_finite("rbm.fit", out, steps=fe, hint="lower learning_rate")
+    _validate.require_finite("rbm.fit", out, steps=fe, hint="lower the optimizer's learning rate")
     return out

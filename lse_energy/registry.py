@@ -48,7 +48,7 @@ from lse_energy import (
     vae,
 )
 
-__all__ = ["Model", "MODELS", "get"]
+__all__ = ["Model", "MODELS", "get", "EM_FITS", "GRADIENT_FITS", "OTHER_FITS"]
 
 
 class Model(NamedTuple):
@@ -191,7 +191,7 @@ def _gru(key):
 def _adversarial(key):
     params = adversarial.init_params(4, 3, 3, key=key, dtype=jnp.result_type(float))
     params = params._replace(b1=_n(key, 1, (3,), 0.3), b2=_n(key, 2, (3,), 0.3))
-    return dict(params=params, x=_n(key, 3, (5, 4)), t=jnp.asarray([0, 2, 1, 1, 0]))
+    return dict(params=params, x=_n(key, 3, (5, 4)), y=jnp.asarray([0, 2, 1, 1, 0]))
 
 
 def _population(key):
@@ -236,7 +236,7 @@ MODELS: tuple[Model, ...] = (
         "attention",
         "05_attention",
         "cross-, self- and multi-head attention",
-        attention.cross_energy,
+        attention.energy,
         True,
         _attention,
         ("q", "k"),
@@ -274,7 +274,7 @@ MODELS: tuple[Model, ...] = (
     Model(
         "expanding", "09_new_attention_designs", "expanding attention", expanding.energy, True, _expanding, ("sims",)
     ),
-    Model("rbm", "10_rbm", "restricted Boltzmann machines (free energy)", rbm.free_energy, True, _rbm, ("params",)),
+    Model("rbm", "10_rbm", "restricted Boltzmann machines (free energy)", rbm.energy, True, _rbm, ("params",)),
     Model(
         "diffusion",
         "11_diffusion",
@@ -333,7 +333,7 @@ MODELS: tuple[Model, ...] = (
         "vae",
         "18_vae",
         "variational autoencoders: the mixture prior's energy",
-        vae.prior_energy,
+        vae.energy,
         True,
         _vae,
         ("prior", "z"),
@@ -383,3 +383,32 @@ def get(name: str) -> Model:
         if m.name == name:
             return m
     raise ValueError(f"no model {name!r}; the registry has {[m.name for m in MODELS]}")
+
+
+# ---------------------------------------------------------------------------
+# The two fit families (CONTRIBUTING, "Fits"; checked by tests/contracts/test_registry.py)
+# ---------------------------------------------------------------------------
+
+#: Closed-form / EM fits, ``fit(x, n_components, *, key, max_iter, tol, ...)``: the data, the
+#: number of components, and a stopping rule; parameters are initialised inside.
+EM_FITS = ("gmm.fit", "slds.fit", "sharding.sharded_fit")
+#: Gradient trainers, ``fit(params, x, *, key, optimizer, n_epochs, batch_size, ...)`` with an optax
+#: optimizer: minibatches of the rows of ``x`` (a supervised trainer takes the labels ``y`` after
+#: ``x``), ``n_epochs`` passes over them.
+GRADIENT_FITS = ("vae.fit", "adversarial.fit", "pcn.fit", "gru.fit", "rbm.fit")
+#: The fits that join neither family, and why.
+OTHER_FITS = {
+    "gmm.em": "the loop of gmm.fit from given parameters, with the caller's pass over the data (sharding's)",
+    "slot_attention.fit": "alternating closed-form steps (CCCP E-step, Procrustes or least-squares M-step) from "
+    "the caller's parameters and slots: no optimizer and no randomness, and no (x, n_components) start",
+    "gan.fit": "two players with two optimizers; a step is n_discriminator_steps discriminator updates and one "
+    "generator update on fresh minibatches drawn with replacement, not epochs over the rows",
+    "diffusion_mlp.fit": "each step draws its minibatch with replacement and a time step and noise per point "
+    "(the notes' algorithm), so there are steps, not epochs",
+    "autoencoder.fit": "full-batch gradient steps on the exact loss, whose landscape the chapter analyses "
+    "(saddles and their escape): no minibatches and no randomness",
+    "embedding.fit": "x is a (V, V) co-occurrence count matrix, not rows of examples: each step uses all the "
+    "counts, or samples pairs in proportion to them",
+    "mixture_pc.fit": "rounds of inference on the latent causes mu, then of learning, from the caller's mu0: "
+    "two nested loops, full-batch",
+}

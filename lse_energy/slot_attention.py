@@ -17,8 +17,8 @@ structural prior of the Hopfield network is swapped), so slots compete for token
 
 Contents, in the order of the spine:
 
-* :func:`similarity`, :func:`attention`, :func:`energy` (eq. 12) and
-  :func:`free_energy` (eq. 12 plus the quadratic node potential
+* :func:`sim`, :func:`attention`, :func:`energy` (eq. 12) and
+  :func:`regularised_energy` (eq. 12 plus the quadratic node potential
   :math:`\tfrac{\lambda}{2}\sum_i\|\mu_i\|^2` of Singh & Buckley's CCCP);
 * analytic gradients :func:`grad_x` (eq. 13), :func:`grad_mu` (eq. 14),
   :func:`grad_w_k`, :func:`grad_w_q` (derived here; not printed in the seed);
@@ -56,15 +56,15 @@ Array = jax.Array
 
 __all__ = [
     "Params",
-    "similarity",
+    "sim",
     "attention",
     "energy",
-    "free_energy",
+    "regularised_energy",
     "grad_x",
     "grad_mu",
     "grad_w_k",
     "grad_w_q",
-    "grad_free_energy_mu",
+    "grad_mu_regularised",
     "gradient_step",
     "cccp_step",
     "e_step",
@@ -143,7 +143,7 @@ def _sim(params, x, mu):
     return (x @ params.w_k.T) @ (mu @ params.w_q.T).T
 
 
-def similarity(params: Params, x, mu) -> Array:
+def sim(params: Params, x, mu) -> Array:
     r"""Similarities :math:`s_{ji} = (W_K x_j)^\top (W_Q \mu_i)` (§5).
 
     Args:
@@ -193,7 +193,7 @@ def energy(params: Params, x, mu) -> Array:
     return core.energy(_sim(params, x, mu))
 
 
-def free_energy(params: Params, x, mu, lam: float = 1.0) -> Array:
+def regularised_energy(params: Params, x, mu, lam: float = 1.0) -> Array:
     r"""Eq. (12) plus a quadratic node potential on the slots.
 
     .. math:: F_\lambda = E^{\rm Slot} + \frac{\lambda}{2}\sum_i \|\mu_i\|^2
@@ -277,7 +277,7 @@ def grad_w_q(params: Params, x, mu) -> Array:
     return -params.w_k @ (x.T @ a @ mu)
 
 
-def grad_free_energy_mu(params: Params, x, mu, lam: float = 1.0) -> Array:
+def grad_mu_regularised(params: Params, x, mu, lam: float = 1.0) -> Array:
     r""":math:`\partial F_\lambda/\partial \mu_i = \lambda \mu_i + \partial E/\partial\mu_i` (eq. 14 plus the node
     potential).
 
@@ -330,7 +330,7 @@ def cccp_step(params: Params, x, mu, lam: float = 1.0) -> Array:
 
     It minimises the convex majoriser
     :math:`\frac{\lambda}{2}\|\mu'\|^2 + E(\mu) + \nabla E(\mu)^\top(\mu' - \mu)` of
-    :math:`F_\lambda` (:func:`free_energy`), so :math:`F_\lambda` never increases. It is
+    :math:`F_\lambda` (:func:`regularised_energy`), so :math:`F_\lambda` never increases. It is
     the gradient step on :math:`F_\lambda` with :math:`\eta = 1/\lambda`.
 
     Returns:
@@ -367,7 +367,7 @@ def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp", lam: fl
 
     Returns:
       ``(mu, trace)``: final ``(S, d_mu)`` slots and the ``(n_steps + 1,)`` values of
-      :math:`F_\lambda` (:func:`free_energy`; eq. 12 when ``lam=0``) along the run.
+      :math:`F_\lambda` (:func:`regularised_energy`; eq. 12 when ``lam=0``) along the run.
     """
     params, x, mu = _check(params, x, mu)
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
@@ -556,7 +556,7 @@ class FitExtras(NamedTuple):
 
     Attributes:
       mu: ``(K, d)`` slots after the last E-step.
-      free_energy: ``(n_steps, n_e_steps + 2)`` values of :math:`F_\lambda`: before the
+      regularised_energy: ``(n_steps, n_e_steps + 2)`` values of :math:`F_\lambda`: before the
         E-step, after each of its CCCP updates, and after the M-step.
       surrogate_before: ``(n_steps,)`` :math:`L` at the E-step's :math:`A, \mu`
         before the :math:`W_Q` update.
@@ -566,7 +566,7 @@ class FitExtras(NamedTuple):
     """
 
     mu: Array
-    free_energy: Array
+    regularised_energy: Array
     surrogate_before: Array
     surrogate_after: Array
     delta_w_q: Array
@@ -674,12 +674,12 @@ def fit(
                 every,
             )
         )
-    energies = jnp.concatenate([extras.free_energy[:1, 0], extras.free_energy[:, -1]])
+    energies = jnp.concatenate([extras.regularised_energy[:1, 0], extras.regularised_energy[:, -1]])
     out = core.FitResult(p, energies, int(n_steps), None, extras)
     _validate.require_finite(
         "slot_attention.fit",
         out,
-        steps=extras.free_energy,
+        steps=extras.regularised_energy,
         hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps",
     )
     return out

@@ -32,8 +32,8 @@ form :func:`gaussian_kl`). With a Gaussian-mixture prior
 diagonal :math:`S_k`), the prior term of the loss is exactly the book's energy
 with the latent codes as *children* and the mixture components as *parents*,
 :math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, S_k)`
-(:func:`prior_sim`, :func:`prior_energy`), and its gradient is the
-softmax-weighted sum of sim-gradients (:func:`grad_prior_energy`). This is the
+(:func:`sim`, :func:`energy`), and its gradient is the
+softmax-weighted sum of sim-gradients (:func:`grad_energy`). This is the
 GMM energy of chapter 02 applied to the codes; it is computed here with
 :func:`lse_energy.core.energy`, not through ``lse_energy.gmm``.
 
@@ -74,7 +74,7 @@ __all__ = [
     "encode",
     "fit",
     "gaussian_kl",
-    "grad_prior_energy",
+    "grad_energy",
     "init_params",
     "init_prior",
     "iwae",
@@ -87,9 +87,9 @@ __all__ = [
     "log_prior",
     "log_weights",
     "loss",
-    "prior_energy",
+    "energy",
     "prior_responsibilities",
-    "prior_sim",
+    "sim",
     "reparameterize",
 ]
 
@@ -151,10 +151,13 @@ class FitExtras(NamedTuple):
       kl: ``(n_epochs, n_batches)`` mean KL term per example of each minibatch
         (closed form for the standard prior, a one-sample estimate for a mixture; with
         ``n_samples = K > 1`` the mean over the :math:`K` samples of :math:`\ln q - \ln p(z)`).
+      batch_losses: ``(n_epochs, n_batches)`` the loss of each minibatch before its step
+        (``energies`` holds their mean over each epoch).
     """
 
     opt_state: Any
     kl: Array
+    batch_losses: Any = None
 
 
 # ---------------------------------------------------------------------------
@@ -376,7 +379,7 @@ def _prior_sim(prior, z):
     return log_pi - 0.5 * jnp.sum(r**2, axis=-1) - jnp.sum(prior.log_scales, axis=-1) - 0.5 * z.shape[-1] * _LOG_2PI
 
 
-def prior_sim(prior: MixturePrior, z) -> Array:
+def sim(prior: MixturePrior, z) -> Array:
     r"""The similarities :math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, \mathrm{diag}\,s_k^2)`,
     ``(N, K)``.
 
@@ -387,23 +390,23 @@ def prior_sim(prior: MixturePrior, z) -> Array:
     return _prior_sim(prior, _validate.points("z", z, prior.means.shape[1], "prior"))
 
 
-def prior_energy(prior: MixturePrior, z) -> Array:
+def energy(prior: MixturePrior, z) -> Array:
     r"""The log-sum-exp energy of the codes under the mixture prior, :math:`-\sum_n \ln p(z_n)`.
 
     .. math:: E(z) = -\sum_n \ln \sum_k \exp \mathrm{sim}(z_n, k) = -\sum_n \ln \sum_k \pi_k \mathcal N(z_n; m_k, S_k)
 
-    (``core.energy`` of :func:`prior_sim`). It is the prior part of the negative
+    (``core.energy`` of :func:`sim`). It is the prior part of the negative
     ELBO, :math:`-\mathbb E_q[\ln p(z)]`, evaluated at sampled codes.
 
     Returns:
       Scalar.
     """
-    return core.energy(prior_sim(prior, z))
+    return core.energy(sim(prior, z))
 
 
 def prior_responsibilities(prior: MixturePrior, z) -> Array:
     r"""The softmax weights :math:`w_{nk} = p(k \mid z_n)` of the prior energy, ``(N, K)``: soft cluster labels."""
-    return core.weights(prior_sim(prior, z))
+    return core.weights(sim(prior, z))
 
 
 def log_prior(prior: MixturePrior | None, z) -> Array:
@@ -412,15 +415,15 @@ def log_prior(prior: MixturePrior | None, z) -> Array:
     if prior is None:
         z = _validate.float_array("z", z, 1)
         return _log_std_normal(z)
-    return core.logsumexp(prior_sim(prior, z))
+    return core.logsumexp(sim(prior, z))
 
 
 def _log_std_normal(z):
     return -0.5 * jnp.sum(z**2, axis=-1) - 0.5 * z.shape[-1] * _LOG_2PI
 
 
-def grad_prior_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
-    r"""Analytic gradients of :func:`prior_energy`: softmax-weighted sums of sim-gradients (eq. 4 of the book).
+def grad_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
+    r"""Analytic gradients of :func:`energy`: softmax-weighted sums of sim-gradients (eq. 4 of the book).
 
     With :math:`w_{nk}` the responsibilities and :math:`r_{nk} = (z_n - m_k)/s_k` (per coordinate),
 
@@ -528,7 +531,7 @@ def iwae(params: Params, x, *, key, n_samples: int, decoder: str = "bernoulli", 
     return iwae_bound(log_weights(params, x, _draw(params, x, key, n), decoder=decoder, obs_scale=obs_scale))
 
 
-def _loss_terms(params, x, eps, decoder, obs_scale, beta):
+def _loss_terms(params, x, eps, decoder, obs_scale, kl_weight):
     mu, logvar = _encode(params, x)
     z = mu + eps * jnp.exp(0.5 * logvar)
     rec = -jnp.mean(_log_likelihood(_decode(params, z), x, decoder, obs_scale))
@@ -537,7 +540,7 @@ def _loss_terms(params, x, eps, decoder, obs_scale, beta):
     else:  # E_q[ln q] in closed form (the entropy), E_q[-ln p(z)] = prior energy at the sample / N
         neg_entropy = -0.5 * jnp.sum(1.0 + logvar + _LOG_2PI, axis=-1)
         kl = jnp.mean(neg_entropy) + core.energy(_prior_sim(params.prior, z)) / x.shape[0]
-    return rec + beta * kl, kl
+    return rec + kl_weight * kl, kl
 
 
 def _iwae_loss_terms(params, x, eps, decoder, obs_scale):
@@ -568,14 +571,20 @@ def iwae_loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: 
     return _iwae_loss_terms(params, x, eps, decoder, _validate.positive("obs_scale", obs_scale))[0]
 
 
-def loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float = 1.0, beta: float = 1.0) -> Array:
+def loss(
+    params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float = 1.0, kl_weight: float = 1.0
+) -> Array:
     r"""The training loss of §21: mean over the batch of :math:`-\mathbb E_q[\ln p(x|z)] + \beta\,\mathrm{KL}`.
 
     One reparameterised code per example (``eps`` of shape ``(N, d_z)``). With the
     standard prior the KL is the closed form :func:`gaussian_kl`; with a
     :class:`MixturePrior` it is :math:`-H[q] + \mathbb E_q[-\ln p(z)]`, the second
-    term being :func:`prior_energy` at the sampled codes (divided by :math:`N`). With
+    term being :func:`energy` at the sampled codes (divided by :math:`N`). With
     :math:`\beta = 1` this is the negative ELBO per example (a β-VAE otherwise, §21).
+
+    Args:
+      kl_weight: :math:`\beta`, the weight of the KL term (β-VAE's :math:`\beta`), ``> 0``;
+        1 gives the negative ELBO.
 
     Returns:
       Scalar.
@@ -585,7 +594,7 @@ def loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float
     x = _check_x(x, params.enc_W.shape[0])
     eps = _check_eps(jnp.asarray(eps)[None], x.shape[0], params.mu_W.shape[1])[0]
     return _loss_terms(
-        params, x, eps, decoder, _validate.positive("obs_scale", obs_scale), _validate.positive("beta", beta)
+        params, x, eps, decoder, _validate.positive("obs_scale", obs_scale), _validate.positive("kl_weight", kl_weight)
     )[0]
 
 
@@ -595,7 +604,7 @@ def loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: float
 
 
 @partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "decoder", "n_samples"))
-def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, beta, n_samples):
+def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, kl_weight, n_samples):
     n_batches = x.shape[0] // batch_size
     d_z = params.mu_W.shape[1]
 
@@ -604,7 +613,9 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
         xb, k = data
         if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
             eps = core.random_normal(k, (batch_size, d_z), x.dtype)
-            (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale, beta)
+            (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(
+                p, xb, eps, decoder, obs_scale, kl_weight
+            )
         else:  # -IWAE_K
             eps = core.random_normal(k, (n_samples, batch_size, d_z), x.dtype)
             (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale)
@@ -631,7 +642,7 @@ def fit(
     batch_size: int,
     decoder: str = "bernoulli",
     obs_scale: float = 1.0,
-    beta: float = 1.0,
+    kl_weight: float = 1.0,
     n_samples: int = 1,
     opt_state=None,
 ) -> core.FitResult:
@@ -642,7 +653,7 @@ def fit(
     dropped); one code per example per step. The gradient is ``jax.grad`` of
     :func:`loss` (through the reparameterised sample); with a mixture prior in
     ``params.prior`` it includes the softmax-weighted prior-energy gradient of
-    :func:`grad_prior_energy` and the prior is learned too. Jitted, nested
+    :func:`grad_energy` and the prior is learned too. Jitted, nested
     ``lax.scan``.
 
     Args:
@@ -653,18 +664,19 @@ def fit(
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
       decoder: ``"bernoulli"`` or ``"gaussian"``.
       obs_scale: the Gaussian decoder's :math:`\sigma` (ignored by the Bernoulli decoder).
-      beta: weight of the KL term (1: the ELBO).
+      kl_weight: :math:`\beta`, the weight of the KL term (β-VAE's :math:`\beta`), ``> 0``
+        (1: the ELBO).
       n_samples: :math:`K`. With 1 (the default) the loss is §21's one-sample ELBO
         (:func:`loss`); with :math:`K > 1` it is :math:`-\mathrm{IWAE}_K` (:func:`iwae_loss`,
-        :math:`K` codes per example per step), and ``beta`` must be 1.
+        :math:`K` codes per example per step), and ``kl_weight`` must be 1.
       opt_state: state from a previous call, or ``None``.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``,
-      ``(n_epochs, n_batches)``, the minibatch loss before each step (the negative ELBO per
-      example when ``beta = 1``, :math:`-\mathrm{IWAE}_K` when ``n_samples = K > 1``); ``n_iter = n_epochs``;
-      ``converged = None``; ``extras`` a
-      :class:`FitExtras`.
+      ``(n_epochs,)``, the mean over each epoch's minibatches of the loss before their steps
+      (the negative ELBO per example when ``kl_weight = 1``, :math:`-\mathrm{IWAE}_K` when
+      ``n_samples = K > 1``; the minibatch values are ``extras.batch_losses``);
+      ``n_iter = n_epochs``; ``converged = None``; ``extras`` a :class:`FitExtras`.
 
     Raises:
       ValueError: on bad arguments, or when training diverged (the message names the first epoch).
@@ -683,15 +695,15 @@ def fit(
         raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
     obs_scale = jnp.asarray(_validate.positive("obs_scale", obs_scale), x.dtype)
     n_samples = _validate.count("n_samples", n_samples)
-    if n_samples > 1 and beta != 1:
-        raise ValueError(f"beta must be 1 with n_samples = {n_samples} > 1 (the IWAE objective); got {beta}")
-    beta = jnp.asarray(_validate.positive("beta", beta), x.dtype)
+    if n_samples > 1 and kl_weight != 1:
+        raise ValueError(f"kl_weight must be 1 with n_samples = {n_samples} > 1 (the IWAE objective); got {kl_weight}")
+    kl_weight = jnp.asarray(_validate.positive("kl_weight", kl_weight), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)
     p, s, values, kls = _fit_jit(
-        params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, beta, n_samples
+        params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, kl_weight, n_samples
     )
-    out = core.FitResult(p, values, n_epochs, None, FitExtras(s, kls))
+    out = core.FitResult(p, jnp.mean(values, axis=1), n_epochs, None, FitExtras(s, kls, values))
     _validate.require_finite("vae.fit", out, steps=values, hint="lower the optimizer's learning rate")
     return out
 

@@ -19,7 +19,7 @@ softmax-weighted sum of logit gradients minus the target's,
 
 .. math:: \nabla_x \ell = \textstyle\sum_j \operatorname{softmax}(z)_j\, \nabla_x z_j - \nabla_x z_t ,
 
-(:func:`input_gradient`), and the attacks *ascend* it. The binary surrogate of
+(:func:`grad_x`), and the attacks *ascend* it. The binary surrogate of
 §25.1, :math:`g(u) = \ln(1 + e^{-u})`, is a two-term log-sum-exp
 :math:`\ln(e^0 + e^{-u})` (:func:`softplus_surrogate`), again entering as a
 loss to be minimised by the learner and maximised by the attacker: nothing here
@@ -28,7 +28,7 @@ is descent on the book's energy.
 Attacks (§24). The "error" :math:`E(f(x;\theta), t)` of the notes is taken to
 be the cross-entropy. :func:`gradient_attack` is the untargeted step
 :math:`x' = x + k\nabla_x E(f(x), t(x))` and the targeted step
-:math:`x' = x - k\nabla_x E(f(x), t)`; :func:`fgsm` is §24.1's
+:math:`x' = x - k\nabla_x E(f(x), t)` (:math:`k` = ``step_size``); :func:`fgsm` is §24.1's
 :math:`\delta x = \epsilon\,\mathrm{sign}(\nabla_x E)`; :func:`pgd` iterates it
 with projection onto the :math:`L_\infty` ball (not in the notes; Madry et al.);
 :func:`minimal_perturbation` bisects on :math:`\epsilon` along the FGSM
@@ -42,10 +42,13 @@ TRADES (§25.1). Binary form (``n_classes = 1``, score :math:`f = z_0`, labels
 :math:`\mathrm{CE}(z(X), y) + \beta\,\mathrm{KL}(\operatorname{softmax} z(X)
 \,\|\, \operatorname{softmax} z(X'))` (:func:`trades_loss`). In both, ``X'`` is
 found by a few projected sign-ascent steps (:func:`inner_maximize`), then held
-fixed while the parameters take a gradient step (:func:`fit`).
+fixed while the parameters take a gradient step (:func:`fit`). The weight
+:math:`\beta` (the notes' and Zhang et al.'s symbol) is the argument ``trades_weight``.
 
-Shapes: inputs ``x`` are ``(N, d)``; integer labels ``t`` are ``(N,)`` (class
-indices for ``K >= 2``; ``-1``/``1`` for the binary model).
+Shapes: inputs ``x`` are ``(N, d)``; integer labels ``y`` are ``(N,)`` (class
+indices for ``K >= 2``; ``-1``/``1`` for the binary model). The notes write the
+targets :math:`t` (:math:`T` in §25.1); the argument is ``y``, as in the rest of
+the package, where ``t`` is a diffusion time.
 
 Layout. ``adversarial._attacks`` and ``adversarial._trades`` hold the code; import from ``lse_energy.adversarial``: the
 submodules are private.
@@ -62,9 +65,9 @@ from lse_energy.adversarial._attacks import (
     example_losses,
     fgsm,
     grad_loss_params,
+    grad_x,
     gradient_attack,
     init_params,
-    input_gradient,
     logits,
     loss,
     minimal_perturbation,
@@ -100,7 +103,7 @@ __all__ = [
     "gradient_attack",
     "init_params",
     "inner_maximize",
-    "input_gradient",
+    "grad_x",
     "kl_softmax",
     "logits",
     "loss",

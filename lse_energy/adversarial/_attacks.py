@@ -66,9 +66,11 @@ class FitExtras(NamedTuple):
 
     Attributes:
       opt_state: the optimizer state at the end (pass it back to continue).
+      batch_losses: ``(n_epochs, n_batches)`` the joint loss of each minibatch before its step.
     """
 
     opt_state: Any
+    batch_losses: Any = None
 
 
 # ---------------------------------------------------------------------------
@@ -94,20 +96,20 @@ def _check_x(params: Params, x, name: str = "x") -> Array:
     return x.astype(params.W1.dtype)
 
 
-def _check_t(params: Params, t, n: int, name: str = "t") -> Array:
-    t = jnp.asarray(t)
-    if not jnp.issubdtype(t.dtype, jnp.integer):
-        raise ValueError(f"{name} must be integer labels; got dtype {t.dtype}")
-    if t.shape != (n,):
-        raise ValueError(f"{name} must have shape ({n},); got {t.shape}")
+def _check_y(params: Params, y, n: int, name: str = "y") -> Array:
+    y = jnp.asarray(y)
+    if not jnp.issubdtype(y.dtype, jnp.integer):
+        raise ValueError(f"{name} must be integer labels; got dtype {y.dtype}")
+    if y.shape != (n,):
+        raise ValueError(f"{name} must have shape ({n},); got {y.shape}")
     k = params.W2.shape[1]
-    if _validate.is_concrete(t):
-        tv = np.asarray(t)
-        if k == 1 and not np.all((tv == -1) | (tv == 1)):
+    if _validate.is_concrete(y):
+        yv = np.asarray(y)
+        if k == 1 and not np.all((yv == -1) | (yv == 1)):
             raise ValueError(f"{name} must hold -1/1 for a binary model (n_classes = 1)")
-        if k > 1 and (np.any(tv < 0) or np.any(tv >= k)):
+        if k > 1 and (np.any(yv < 0) or np.any(yv >= k)):
             raise ValueError(f"{name} must hold class indices in 0..{k - 1}")
-    return t
+    return y
 
 
 def _check_multiclass(params: Params, what: str) -> None:
@@ -181,9 +183,9 @@ def _logits(p: Params, x):
 
 
 @jax.jit
-def _ce(p: Params, x, t):
+def _ce(p: Params, x, y):
     z = _logits(p, x)
-    return core.logsumexp(z) - jnp.take_along_axis(z, t[:, None], axis=1)[:, 0]
+    return core.logsumexp(z) - jnp.take_along_axis(z, y[:, None], axis=1)[:, 0]
 
 
 def logits(params: Params, x) -> Array:
@@ -192,21 +194,22 @@ def logits(params: Params, x) -> Array:
     return _logits(params, _check_x(params, x))
 
 
-def example_losses(params: Params, x, t) -> Array:
+def example_losses(params: Params, x, y) -> Array:
     r"""Per-example cross-entropy :math:`\ell_n = \ln\sum_j e^{z_j(x_n)} - z_{t_n}(x_n)`, ``(N,)``.
 
-    The log-partition is :func:`lse_energy.core.logsumexp` of the logits: the
-    book's energy with the opposite sign (§24's error :math:`E(f(x;\theta), t)`).
+    ``y``: ``(N,)`` integer labels (the notes' :math:`t`). The log-partition is
+    :func:`lse_energy.core.logsumexp` of the logits: the book's energy with the
+    opposite sign (§24's error :math:`E(f(x;\theta), t)`).
     """
     params = _check_params(params)
     _check_multiclass(params, "example_losses")
     x = _check_x(params, x)
-    return _ce(params, x, _check_t(params, t, x.shape[0]))
+    return _ce(params, x, _check_y(params, y, x.shape[0]))
 
 
-def loss(params: Params, x, t) -> Array:
+def loss(params: Params, x, y) -> Array:
     r"""Mean cross-entropy :math:`\frac1N \sum_n \ell_n`, the training loss of standard training."""
-    return jnp.mean(example_losses(params, x, t))
+    return jnp.mean(example_losses(params, x, y))
 
 
 def _logit_jacobian(p: Params, x):
@@ -215,7 +218,7 @@ def _logit_jacobian(p: Params, x):
     return jnp.einsum("dh,nh,hk->nkd", p.W1, 1.0 - h**2, p.W2)
 
 
-def input_gradient(params: Params, x, t) -> Array:
+def grad_x(params: Params, x, y) -> Array:
     r"""Input gradient of each example's cross-entropy, in the eq.-(4) form.
 
     .. math:: \nabla_{x_n} \ell_n = \sum_j \operatorname{softmax}(z(x_n))_j\,
@@ -230,22 +233,22 @@ def input_gradient(params: Params, x, t) -> Array:
     Returns:
       ``(N, d)``, the gradient of each example's loss.
     """
-    return _input_gradient(*_check_multiclass_call(params, x, t, "input_gradient"))
+    return _input_gradient(*_check_multiclass_call(params, x, y, "grad_x"))
 
 
-def _check_multiclass_call(params, x, t, name):
-    """Validated ``(params, x, t)`` for a multi-class function ``name``."""
+def _check_multiclass_call(params, x, y, name):
+    """Validated ``(params, x, y)`` for a multi-class function ``name``."""
     params = _check_params(params)
     _check_multiclass(params, name)
     x = _check_x(params, x)
-    return params, x, _check_t(params, t, x.shape[0])
+    return params, x, _check_y(params, y, x.shape[0])
 
 
 @jax.jit
-def _input_gradient(p, x, t):
+def _input_gradient(p, x, y):
     jac = _logit_jacobian(p, x)
     w = core.weights(_logits(p, x))
-    return jnp.einsum("nk,nkd->nd", w, jac) - jnp.take_along_axis(jac, t[:, None, None], axis=1)[:, 0]
+    return jnp.einsum("nk,nkd->nd", w, jac) - jnp.take_along_axis(jac, y[:, None, None], axis=1)[:, 0]
 
 
 def _params_vjp(p: Params, x, c) -> Params:
@@ -255,18 +258,18 @@ def _params_vjp(p: Params, x, c) -> Params:
     return Params(W1=x.T @ da, b1=jnp.sum(da, axis=0), W2=h.T @ c, b2=jnp.sum(c, axis=0))
 
 
-def grad_loss_params(params: Params, x, t) -> Params:
+def grad_loss_params(params: Params, x, y) -> Params:
     r"""Gradient of the mean cross-entropy in the parameters.
 
     :math:`\partial \ell_n / \partial z = \operatorname{softmax}(z) - e_{t_n}`
     (the softmax weights minus the target's one-hot), backpropagated.
     """
-    return _grad_ce_params(*_check_multiclass_call(params, x, t, "grad_loss_params"))
+    return _grad_ce_params(*_check_multiclass_call(params, x, y, "grad_loss_params"))
 
 
-def _grad_ce_params(p, x, t):
+def _grad_ce_params(p, x, y):
     z = _logits(p, x)
-    c = (core.weights(z) - jax.nn.one_hot(t, z.shape[1], dtype=z.dtype)) / x.shape[0]
+    c = (core.weights(z) - jax.nn.one_hot(y, z.shape[1], dtype=z.dtype)) / x.shape[0]
     return _params_vjp(p, x, c)
 
 
@@ -283,19 +286,19 @@ def _predict(p, x):
     return jnp.argmax(z, axis=1)
 
 
-def accuracy(params: Params, x, t) -> Array:
+def accuracy(params: Params, x, y) -> Array:
     r"""Fraction of correct predictions; for ``K = 1``, correct means :math:`f(X)T > 0` (§25.1)."""
     params = _check_params(params)
     x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
-    return _accuracy(params, x, t)
+    y = _check_y(params, y, x.shape[0])
+    return _accuracy(params, x, y)
 
 
-def _accuracy(p, x, t):
+def _accuracy(p, x, y):
     z = _logits(p, x)
     if z.shape[1] == 1:
-        return jnp.mean((z[:, 0] * t > 0).astype(x.dtype))
-    return jnp.mean((jnp.argmax(z, axis=1) == t).astype(x.dtype))
+        return jnp.mean((z[:, 0] * y > 0).astype(x.dtype))
+    return jnp.mean((jnp.argmax(z, axis=1) == y).astype(x.dtype))
 
 
 # ---------------------------------------------------------------------------
@@ -308,40 +311,41 @@ def _project(x_adv, x, epsilon, box):
     return x_adv if box is None else jnp.clip(x_adv, box[0], box[1])
 
 
-def _attack_args(params, x, t, box):
+def _attack_args(params, x, y, box):
     params = _check_params(params)
     _check_multiclass(params, "the attack")
     x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
+    y = _check_y(params, y, x.shape[0])
     box = _check_box(box)
     _check_in_box(x, box)
-    return params, x, t, box
+    return params, x, y, box
 
 
 def gradient_attack(
-    params: Params, x, t, k: float, *, targeted: bool = False, epsilon: float | None = None, box=None
+    params: Params, x, y, step_size: float, *, targeted: bool = False, epsilon: float | None = None, box=None
 ) -> Array:
-    r"""The gradient attacks of §24, one step of size ``k``.
+    r"""The gradient attacks of §24, one step of size ``step_size`` (the notes' :math:`k`).
 
-    Untargeted: :math:`x' = x + k \nabla_x E(f(x;\theta), t(x))` (``t`` the true
-    labels); targeted: :math:`x' = x - k \nabla_x E(f(x;\theta), t)` (``t`` the
-    target classes), with :math:`E` the cross-entropy (:func:`input_gradient`).
+    Untargeted: :math:`x' = x + k \nabla_x E(f(x;\theta), t(x))` (``y`` the true
+    labels, the notes' :math:`t(x)`); targeted: :math:`x' = x - k \nabla_x E(f(x;\theta), t)`
+    (``y`` the target classes, the notes' :math:`t`), with :math:`E` the cross-entropy
+    (:func:`grad_x`) and :math:`k` = ``step_size``.
     With ``epsilon`` the step is projected onto :math:`B_\infty(x, \epsilon)`;
     with ``box = (lo, hi)`` it is clipped to the pixel box.
 
     Returns:
       ``(N, d)`` the attacked inputs.
     """
-    params, x, t, box = _attack_args(params, x, t, box)
-    k = _validate.positive("k", k)
-    step = -k if targeted else k
-    x_adv = x + step * _input_gradient(params, x, t)
+    params, x, y, box = _attack_args(params, x, y, box)
+    step_size = _validate.positive("step_size", step_size)
+    step = -step_size if targeted else step_size
+    x_adv = x + step * _input_gradient(params, x, y)
     if epsilon is not None:
         x_adv = _project(x_adv, x, _validate.positive("epsilon", epsilon), None)
     return x_adv if box is None else jnp.clip(x_adv, box[0], box[1])
 
 
-def fgsm(params: Params, x, t, epsilon: float, *, targeted: bool = False, box=None) -> Array:
+def fgsm(params: Params, x, y, epsilon: float, *, targeted: bool = False, box=None) -> Array:
     r"""Fast gradient sign method (§24.1): :math:`x' = x + \epsilon\,\mathrm{sign}(\nabla_x E)`.
 
     Every pixel moves by :math:`\pm\epsilon`, so :math:`\|x' - x\|_\infty = \epsilon`
@@ -352,9 +356,9 @@ def fgsm(params: Params, x, t, epsilon: float, *, targeted: bool = False, box=No
     Returns:
       ``(N, d)`` the attacked inputs, in :math:`B_\infty(x, \epsilon)` and the box.
     """
-    params, x, t, box = _attack_args(params, x, t, box)
+    params, x, y, box = _attack_args(params, x, y, box)
     epsilon = _validate.nonnegative("epsilon", epsilon)
-    direction = jnp.sign(_input_gradient(params, x, t))
+    direction = jnp.sign(_input_gradient(params, x, y))
     if targeted:
         direction = -direction
     x_adv = x + epsilon * direction
@@ -389,8 +393,8 @@ def _ascend(p, x, x0, aux, epsilon, step_size, *, inner, n_steps, monotone, box)
     return Ascent(xa, jnp.concatenate([v0[None], vals], axis=0))
 
 
-def _ce_inner(p, x, xa, t):
-    return _ce(p, xa, t)
+def _ce_inner(p, x, xa, y):
+    return _ce(p, xa, y)
 
 
 def _g(u):
@@ -398,14 +402,14 @@ def _g(u):
     return jax.nn.softplus(-u)
 
 
-def _binary_ce_inner(p, x, xa, t):
-    """The binary model's classification loss g(f(x') T) at x' (``t`` as floats -1/1)."""
+def _binary_ce_inner(p, x, xa, y):
+    """The binary model's classification loss g(f(x') T) at x' (``y`` = T as floats -1/1)."""
     del x
-    return _g(_logits(p, xa)[:, 0] * t)
+    return _g(_logits(p, xa)[:, 0] * y)
 
 
 def pgd(
-    params: Params, x, t, epsilon: float, *, step_size: float, n_steps: int, monotone: bool = False, key=None, box=None
+    params: Params, x, y, epsilon: float, *, step_size: float, n_steps: int, monotone: bool = False, key=None, box=None
 ) -> Ascent:
     r"""Iterated FGSM with projection (PGD; Madry et al. 2018, not in the notes).
 
@@ -426,7 +430,7 @@ def pgd(
     """
     params = _check_params(params)
     x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
+    y = _check_y(params, y, x.shape[0])
     box = _check_box(box)
     _check_in_box(x, box)
     epsilon = _validate.positive("epsilon", epsilon)
@@ -437,7 +441,7 @@ def pgd(
     if key is not None:
         key = _validate.prng_key("key", key)
         x0 = _project(x + eps * core.random_uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
-    inner, aux = (_binary_ce_inner, t.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, t)
+    inner, aux = (_binary_ce_inner, y.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, y)
     return _ascend(
         params,
         x,
@@ -452,11 +456,12 @@ def pgd(
     )
 
 
-def minimal_perturbation(params: Params, x, t, *, eps_max: float, n_bisect: int = 30, box=None) -> MinimalPerturbation:
+def minimal_perturbation(params: Params, x, y, *, eps_max: float, n_bisect: int = 30, box=None) -> MinimalPerturbation:
     r"""§24's minimal perturbation, searched along the FGSM direction by bisection.
 
     The notes ask for :math:`\min \|\delta x\|` such that
-    :math:`\arg\max_i y_i(x + \delta x) \ne t(x)`. Restricting
+    :math:`\arg\max_i y_i(x + \delta x) \ne t(x)` (the notes' :math:`y` is the output
+    :math:`f(x)`; their label :math:`t(x)` is the argument ``y``). Restricting
     :math:`\delta x = \epsilon\,\mathrm{sign}(\nabla_x E)` (clipped to the box),
     this bisects ``n_bisect`` times on :math:`\epsilon \in [0, \epsilon_{\max}]`
     for the boundary between correct and wrong predictions. Misclassification
@@ -467,20 +472,20 @@ def minimal_perturbation(params: Params, x, t, *, eps_max: float, n_bisect: int 
     Returns:
       :class:`MinimalPerturbation`.
     """
-    params, x, t, box = _attack_args(params, x, t, box)
+    params, x, y, box = _attack_args(params, x, y, box)
     eps_max = _validate.positive("eps_max", eps_max)
     n_bisect = _validate.count("n_bisect", n_bisect)
-    return _bisect(params, x, t, jnp.asarray(eps_max, x.dtype), n_bisect=n_bisect, box=box)
+    return _bisect(params, x, y, jnp.asarray(eps_max, x.dtype), n_bisect=n_bisect, box=box)
 
 
 @partial(jax.jit, static_argnames=("n_bisect", "box"))
-def _bisect(p, x, t, eps_max, *, n_bisect, box):
-    direction = jnp.sign(_input_gradient(p, x, t))
+def _bisect(p, x, y, eps_max, *, n_bisect, box):
+    direction = jnp.sign(_input_gradient(p, x, y))
 
     def wrong(eps):
         xa = x + eps[:, None] * direction
         xa = xa if box is None else jnp.clip(xa, box[0], box[1])
-        return _predict(p, xa) != t
+        return _predict(p, xa) != y
 
     lo = jnp.zeros(x.shape[0], x.dtype)
     hi = jnp.full(x.shape[0], eps_max, x.dtype)

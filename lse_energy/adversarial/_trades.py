@@ -22,8 +22,8 @@ from lse_energy.adversarial._attacks import (
     _check_in_box,
     _check_multiclass,
     _check_params,
-    _check_t,
     _check_x,
+    _check_y,
     _g,
     _logits,
     _params_vjp,
@@ -60,49 +60,51 @@ def _binary_inner(p, x, xa, aux):
     return _g(_logits(p, x)[:, 0] * _logits(p, xa)[:, 0])
 
 
-def _binary_trades(p, x, t, x_adv, beta):
+def _binary_trades(p, x, y, x_adv, trades_weight):
     f, fa = _logits(p, x)[:, 0], _logits(p, x_adv)[:, 0]
-    return jnp.mean(_g(f * t) + beta * _g(f * fa))
+    return jnp.mean(_g(f * y) + trades_weight * _g(f * fa))
 
 
-def _trades_args(params, x, t, x_adv, beta, binary):
+def _trades_args(params, x, y, x_adv, trades_weight, binary):
     params = _check_params(params)
     (_check_binary if binary else _check_multiclass)(params, "binary_trades_loss" if binary else "trades_loss")
     x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
+    y = _check_y(params, y, x.shape[0])
     x_adv = _check_x(params, x_adv, "x_adv")
     if x_adv.shape != x.shape:
         raise ValueError(f"x_adv must have the shape of x {x.shape}; got {x_adv.shape}")
-    beta = jnp.asarray(_validate.nonnegative("beta", beta), x.dtype)
-    return params, x, t, x_adv, beta
+    trades_weight = jnp.asarray(_validate.nonnegative("trades_weight", trades_weight), x.dtype)
+    return params, x, y, x_adv, trades_weight
 
 
-def binary_trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
+def binary_trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Array:
     r"""The joint loss of §25.1, averaged: :math:`\frac1N\sum_n g(f(X_n)T_n) + \beta\, g(f(X_n) f(X'_n))`.
 
     Term 1 asks for a correct class with margin; term 2 asks that the score
     keep its sign (the sign of :math:`f(X)`, not of :math:`T`) on :math:`X'`.
-    ``t`` holds :math:`T \in \{-1, 1\}`; ``x_adv`` is :math:`X'`, held fixed.
+    ``y`` holds the labels :math:`T \in \{-1, 1\}` (the notes' :math:`T`); ``x_adv`` is
+    :math:`X'`, held fixed; ``trades_weight`` is the notes' :math:`\beta \ge 0`.
     """
-    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, True)
-    return _binary_trades(params, x, t.astype(x.dtype), x_adv, beta)
+    params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, True)
+    return _binary_trades(params, x, y.astype(x.dtype), x_adv, trades_weight)
 
 
-def grad_binary_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
+def grad_binary_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
     r"""Parameter gradient of :func:`binary_trades_loss` with :math:`X'` fixed.
 
     With :math:`g'(u) = -\sigma(-u)` (minus the softmax weight of the parent
     :math:`-u`), the score gradients enter with weights
     :math:`c = \frac1N[g'(fT)\,T + \beta\, g'(f f') f']` at :math:`X` and
-    :math:`c' = \frac1N \beta\, g'(f f') f` at :math:`X'`, backpropagated.
+    :math:`c' = \frac1N \beta\, g'(f f') f` at :math:`X'`, backpropagated
+    (:math:`T` = ``y``, :math:`\beta` = ``trades_weight``).
     """
-    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, True)
-    t = t.astype(x.dtype)
+    params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, True)
+    y = y.astype(x.dtype)
     f, fa = _logits(params, x)[:, 0], _logits(params, x_adv)[:, 0]
-    dg1, dg2 = -jax.nn.sigmoid(-f * t), -jax.nn.sigmoid(-f * fa)
+    dg1, dg2 = -jax.nn.sigmoid(-f * y), -jax.nn.sigmoid(-f * fa)
     n = x.shape[0]
-    c = ((dg1 * t + beta * dg2 * fa) / n)[:, None]
-    ca = (beta * dg2 * f / n)[:, None]
+    c = ((dg1 * y + trades_weight * dg2 * fa) / n)[:, None]
+    ca = (trades_weight * dg2 * f / n)[:, None]
     return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
 
 
@@ -127,38 +129,40 @@ def _kl_inner(p, x, xa, aux):
     return _kl(_logits(p, x), _logits(p, xa))
 
 
-def _trades(p, x, t, x_adv, beta):
-    return jnp.mean(_ce(p, x, t) + beta * _kl(_logits(p, x), _logits(p, x_adv)))
+def _trades(p, x, y, x_adv, trades_weight):
+    return jnp.mean(_ce(p, x, y) + trades_weight * _kl(_logits(p, x), _logits(p, x_adv)))
 
 
-def trades_loss(params: Params, x, t, x_adv, beta: float) -> Array:
+def trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Array:
     r"""Multi-class TRADES: :math:`\frac1N\sum_n \ell(x_n, t_n) + \beta\,\mathrm{KL}(\operatorname{softmax} z(x_n)
     \,\|\, \operatorname{softmax} z(x'_n))`.
 
     The KL is the multi-class counterpart of §25.1's :math:`g(f(X) f(X'))`
-    (Zhang et al. 2019); :math:`X'` is held fixed.
+    (Zhang et al. 2019); :math:`X'` is held fixed. ``y``: ``(N,)`` class indices
+    (the notes' :math:`t`); ``trades_weight``: Zhang et al.'s and the notes' :math:`\beta \ge 0`.
     """
-    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, False)
-    return _trades(params, x, t, x_adv, beta)
+    params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, False)
+    return _trades(params, x, y, x_adv, trades_weight)
 
 
-def grad_trades_params(params: Params, x, t, x_adv, beta: float) -> Params:
+def grad_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
     r"""Parameter gradient of :func:`trades_loss` with :math:`X'` fixed.
 
     With :math:`p = \operatorname{softmax} z`, :math:`q = \operatorname{softmax} z'`
     and :math:`D = \mathrm{KL}(p \| q)`:
     :math:`\partial D / \partial z = p \odot (\ln p - \ln q - D)` and
     :math:`\partial D / \partial z' = q - p`; the cross-entropy adds
-    :math:`p - e_t` at :math:`z`. All are backpropagated through the network.
+    :math:`p - e_t` at :math:`z` (:math:`t` = ``y``). All are backpropagated through the
+    network; :math:`D` enters with the weight :math:`\beta` = ``trades_weight``.
     """
-    params, x, t, x_adv, beta = _trades_args(params, x, t, x_adv, beta, False)
+    params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, False)
     z, za = _logits(params, x), _logits(params, x_adv)
     p, q = core.weights(z), core.weights(za)
     logratio = (z - core.logsumexp(z)[:, None]) - (za - core.logsumexp(za)[:, None])
     kl = jnp.sum(p * logratio, axis=1, keepdims=True)
     n = x.shape[0]
-    c = (p - jax.nn.one_hot(t, z.shape[1], dtype=z.dtype) + beta * p * (logratio - kl)) / n
-    ca = beta * (q - p) / n
+    c = (p - jax.nn.one_hot(y, z.shape[1], dtype=z.dtype) + trades_weight * p * (logratio - kl)) / n
+    ca = trades_weight * (q - p) / n
     return jax.tree_util.tree_map(jnp.add, _params_vjp(params, x, c), _params_vjp(params, x_adv, ca))
 
 
@@ -205,30 +209,30 @@ def _inner(p, x, key, epsilon, step_size, init_scale, *, n_steps, monotone, box)
     return _ascend(p, x, x0, None, epsilon, step_size, inner=inner, n_steps=n_steps, monotone=monotone, box=box)
 
 
-def _augment(p, x, t, x_adv, beta):
+def _augment(p, x, y, x_adv, trades_weight):
     r"""Plain adversarial training's loss: the mean over the batch and its adversarial copies,
-    :math:`\frac12[\ell(X, T) + \ell(X', T)]` (``beta`` unused)."""
-    del beta
+    :math:`\frac12[\ell(X, T) + \ell(X', T)]` (``trades_weight`` unused)."""
+    del trades_weight
     if p.W2.shape[1] == 1:
-        return 0.5 * jnp.mean(_g(_logits(p, x)[:, 0] * t) + _g(_logits(p, x_adv)[:, 0] * t))
-    return 0.5 * jnp.mean(_ce(p, x, t) + _ce(p, x_adv, t))
+        return 0.5 * jnp.mean(_g(_logits(p, x)[:, 0] * y) + _g(_logits(p, x_adv)[:, 0] * y))
+    return 0.5 * jnp.mean(_ce(p, x, y) + _ce(p, x_adv, y))
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "inner_steps", "defence", "box"))
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "n_inner_steps", "defence", "box"))
 def _train(
     params,
     opt_state,
     x,
-    t,
+    y,
     key,
-    beta,
+    trades_weight,
     epsilon,
     step_size,
     *,
     optimizer,
     n_epochs,
     batch_size,
-    inner_steps,
+    n_inner_steps,
     defence,
     box,
 ):
@@ -237,8 +241,8 @@ def _train(
 
     def batch_step(carry, inputs):
         p, s = carry
-        xb, tb, kb = inputs
-        tf = tb.astype(x.dtype) if binary else tb
+        xb, yb, kb = inputs
+        yf = yb.astype(x.dtype) if binary else yb
         if defence == "augment":
             x0 = _project(xb + 1e-3 * core.random_normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
             xa = jax.lax.stop_gradient(
@@ -246,27 +250,27 @@ def _train(
                     p,
                     xb,
                     x0,
-                    tf,
+                    yf,
                     epsilon,
                     step_size,
                     inner=_binary_ce_inner if binary else _ce_inner,
-                    n_steps=inner_steps,
+                    n_steps=n_inner_steps,
                     monotone=True,
                     box=box,
                 ).x_adv
             )
-            val, g = jax.value_and_grad(_augment)(p, xb, tf, xa, beta)
+            val, g = jax.value_and_grad(_augment)(p, xb, yf, xa, trades_weight)
         else:
-            if inner_steps:
+            if n_inner_steps:
                 xa = jax.lax.stop_gradient(
-                    _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=inner_steps, monotone=True, box=box).x_adv
+                    _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=n_inner_steps, monotone=True, box=box).x_adv
                 )
             else:
                 xa = xb
             if binary:
-                val, g = jax.value_and_grad(_binary_trades)(p, xb, tf, xa, beta)
+                val, g = jax.value_and_grad(_binary_trades)(p, xb, yf, xa, trades_weight)
             else:
-                val, g = jax.value_and_grad(_trades)(p, xb, tb, xa, beta)
+                val, g = jax.value_and_grad(_trades)(p, xb, yb, xa, trades_weight)
         updates, s = optimizer.update(g, s, p)
         p = jax.tree_util.tree_map(jnp.add, p, updates)
         return (p, s), val
@@ -275,8 +279,8 @@ def _train(
         kperm, kinner = jax.random.split(k)
         order = jax.random.permutation(kperm, x.shape[0])[: n_batches * batch_size]
         xb = x[order].reshape(n_batches, batch_size, -1)
-        tb = t[order].reshape(n_batches, batch_size)
-        carry, vals = jax.lax.scan(batch_step, carry, (xb, tb, jax.random.split(kinner, n_batches)))
+        yb = y[order].reshape(n_batches, batch_size)
+        carry, vals = jax.lax.scan(batch_step, carry, (xb, yb, jax.random.split(kinner, n_batches)))
         return carry, vals
 
     (params, opt_state), energies = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
@@ -286,72 +290,73 @@ def _train(
 def fit(
     params: Params,
     x,
-    t,
+    y,
     *,
     key,
     optimizer: Any,
     n_epochs: int,
     batch_size: int,
-    beta: float = 0.0,
+    trades_weight: float = 0.0,
     epsilon: float = 0.1,
-    inner_steps: int = 5,
+    n_inner_steps: int = 5,
     step_size: float | None = None,
     box=None,
     opt_state=None,
     defence: str = "trades",
 ) -> core.FitResult:
-    r"""Standard training (``beta = 0``), TRADES training (``beta > 0``), or plain adversarial training
-    (``defence="augment"``), §25 of the notes.
+    r"""Standard training (``trades_weight = 0``), TRADES training (``trades_weight > 0``), or plain
+    adversarial training (``defence="augment"``), §25 of the notes.
 
     Each minibatch (reshuffled with ``key`` every epoch; a last partial batch is
-    dropped): with ``beta > 0``, ``inner_steps`` monotone projected sign-ascent
+    dropped): with ``trades_weight > 0``, ``n_inner_steps`` monotone projected sign-ascent
     steps (:func:`inner_maximize`, step ``step_size``, default
     :math:`\epsilon/4`) find :math:`X'` in :math:`B_\infty(X, \epsilon)`; then one
     optimizer step on the joint loss, :func:`trades_loss` (``K >= 2``) or
     :func:`binary_trades_loss` (``K = 1``, labels ``-1/1``), with :math:`X'` held
-    fixed. ``beta = 0`` is plain cross-entropy (or :math:`g(f(X)T)`) training.
+    fixed. ``trades_weight = 0`` is plain cross-entropy (or :math:`g(f(X)T)`) training.
 
     ``defence="augment"`` is §25's first line, "add adversarial samples to
-    dataset with proper classification": each minibatch, ``inner_steps``
+    dataset with proper classification": each minibatch, ``n_inner_steps``
     monotone projected sign-ascent steps on the *classification* loss
     :math:`\ell(X', T)` (the cross-entropy, or :math:`g(f(X')T)` for a binary
     model) from :math:`X + \mathcal N(0, 10^{-6})` find :math:`X'`, and the
     step descends :math:`\frac12[\ell(X, T) + \ell(X', T)]`, the loss of the
-    batch with its adversarial copies added, correctly labelled (``beta`` is
-    unused). Jitted, ``lax.scan`` over epochs and batches.
+    batch with its adversarial copies added, correctly labelled (``trades_weight``
+    is unused). Jitted, ``lax.scan`` over epochs and batches.
 
     Args:
       params: initial :class:`Params`.
-      x: ``(N, d)`` inputs; t: ``(N,)`` integer labels.
+      x: ``(N, d)`` inputs; y: ``(N,)`` integer labels (the notes' :math:`t`, or :math:`T`
+        for a binary model).
       key: PRNG key (keyword-only).
       optimizer: an optax ``GradientTransformation`` (hashable; static).
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
-      beta: TRADES weight :math:`\beta \ge 0`.
-      epsilon, inner_steps, step_size, box: the inner maximisation (unused at ``beta = 0``
-        with ``defence="trades"``).
+      trades_weight: the TRADES weight, the notes' (and Zhang et al.'s) :math:`\beta \ge 0`.
+      epsilon, n_inner_steps, step_size, box: the inner maximisation (unused at
+        ``trades_weight = 0`` with ``defence="trades"``).
       opt_state: optimizer state to continue from, or ``None``.
       defence: ``"trades"`` (the default) or ``"augment"``.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``
-      ``(n_epochs, n_batches)``, the joint loss of each minibatch before its
-      step; ``n_iter = n_epochs``; ``converged = None``; ``extras`` a
-      :class:`FitExtras`.
+      ``(n_epochs,)``, the mean over each epoch's minibatches of the joint loss before
+      their steps (the minibatch values are ``extras.batch_losses``); ``n_iter = n_epochs``;
+      ``converged = None``; ``extras`` a :class:`FitExtras`.
 
     Raises:
       ValueError: on bad arguments, or when training diverged.
     """
     params = _check_params(params)
     x = _check_x(params, x)
-    t = _check_t(params, t, x.shape[0])
+    y = _check_y(params, y, x.shape[0])
     _validate.optimizer(optimizer)
     n_epochs = _validate.count("n_epochs", n_epochs)
     batch_size = _validate.count("batch_size", batch_size)
     if batch_size > x.shape[0]:
         raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
-    beta = _validate.nonnegative("beta", beta)
+    trades_weight = _validate.nonnegative("trades_weight", trades_weight)
     epsilon = _validate.positive("epsilon", epsilon)
-    inner_steps = _validate.count("inner_steps", inner_steps)
+    n_inner_steps = _validate.count("n_inner_steps", n_inner_steps)
     step_size = epsilon / 4 if step_size is None else _validate.positive("step_size", step_size)
     box = _check_box(box)
     _check_in_box(x, box)
@@ -360,23 +365,23 @@ def fit(
     if opt_state is None:
         opt_state = optimizer.init(params)
     dt = x.dtype
-    inner = inner_steps if (beta > 0 or defence == "augment") else 0
+    inner = n_inner_steps if (trades_weight > 0 or defence == "augment") else 0
     p, s, energies = _train(
         params,
         opt_state,
         x,
-        t,
+        y,
         key,
-        jnp.asarray(beta, dt),
+        jnp.asarray(trades_weight, dt),
         jnp.asarray(epsilon, dt),
         jnp.asarray(step_size, dt),
         optimizer=optimizer,
         n_epochs=n_epochs,
         batch_size=batch_size,
-        inner_steps=inner,
+        n_inner_steps=inner,
         defence=defence,
         box=box,
     )
-    out = core.FitResult(p, energies, n_epochs, None, FitExtras(s))
-    _validate.require_finite("adversarial.fit", out, steps=out.energies, hint="lower the optimizer's learning rate")
+    out = core.FitResult(p, jnp.mean(energies, axis=1), n_epochs, None, FitExtras(s, energies))
+    _validate.require_finite("adversarial.fit", out, steps=energies, hint="lower the optimizer's learning rate")
     return out

@@ -6,9 +6,10 @@ random 1200/597 train/test split of scikit-learn's digits (pixels scaled to
 
 ``adversarial_digits`` (:data:`ADV`), ten classes. In each cell two
 one-hidden-layer networks (:mod:`lse_energy.adversarial`) are trained by Adam
-from the same initialisation and batches: standard training (``beta = 0``) and
-multi-class TRADES (``beta = ADV["beta"]``, inner monotone sign ascent in the
-ball of radius ``eps_trades``). For both it stores:
+from the same initialisation and batches: standard training (``trades_weight = 0``)
+and multi-class TRADES (``trades_weight = ADV["beta"]``, the notes' :math:`\beta`;
+inner monotone sign ascent in the ball of radius ``eps_trades``). For both it
+stores:
 
 * test accuracy under FGSM and under PGD at every radius of ``eps_grid``
   (``pgd_steps`` steps of ``eps / 4``), radius 0 being the clean accuracy;
@@ -160,9 +161,10 @@ def optimizer(learning_rate: float) -> optax.GradientTransformation:
     return optax.adam(learning_rate)
 
 
-def train(settings: dict, seed: int, beta: float, n_epochs: int | None = None, defence: str = "trades"):
-    """Train one network of the experiment (``beta = 0``: standard; ``beta > 0``: TRADES;
-    ``defence="augment"``: plain adversarial training, §25's first line).
+def train(settings: dict, seed: int, trades_weight: float, n_epochs: int | None = None, defence: str = "trades"):
+    """Train one network of the experiment (``trades_weight = 0``: standard; ``trades_weight > 0``: TRADES
+    weighted by ``trades_weight``, the notes' beta; ``defence="augment"``: plain adversarial training,
+    §25's first line).
 
     Returns the :class:`~lse_energy.core.FitResult` of :func:`lse_energy.adversarial.fit`;
     ``n_epochs`` (default the settings') stops the same run early."""
@@ -177,17 +179,18 @@ def train(settings: dict, seed: int, beta: float, n_epochs: int | None = None, d
         optimizer=optimizer(s["learning_rate"]),
         n_epochs=s["n_epochs"] if n_epochs is None else n_epochs,
         batch_size=s["batch_size"],
-        beta=beta,
+        trades_weight=trades_weight,
         epsilon=s["eps_trades"],
-        inner_steps=s["inner_steps"],
+        n_inner_steps=s["inner_steps"],
         box=BOX,
         defence=defence,
     )
 
 
-def continue_training(settings: dict, seed: int, fit_result, beta: float, defence: str = "trades"):
+def continue_training(settings: dict, seed: int, fit_result, trades_weight: float, defence: str = "trades"):
     """The continuation check: ``continue_epochs`` more epochs from ``fit_result``'s parameters
-    and optimizer state (constant step, so the same schedule), minibatch order from key ``3000 + seed``."""
+    and optimizer state (constant step, so the same schedule), minibatch order from key ``3000 + seed``;
+    ``trades_weight`` as in :func:`train`."""
     s = settings
     x_tr, y_tr, _, _ = split(seed, s["n_train"])
     return adversarial.fit(
@@ -198,9 +201,9 @@ def continue_training(settings: dict, seed: int, fit_result, beta: float, defenc
         optimizer=optimizer(s["learning_rate"]),
         n_epochs=s["continue_epochs"],
         batch_size=s["batch_size"],
-        beta=beta,
+        trades_weight=trades_weight,
         epsilon=s["eps_trades"],
-        inner_steps=s["inner_steps"],
+        n_inner_steps=s["inner_steps"],
         box=BOX,
         defence=defence,
         opt_state=fit_result.extras.opt_state,
@@ -224,7 +227,7 @@ def attacked_accuracy(settings: dict, params, x, y, eps: float, attack: str) -> 
     return float(adversarial.accuracy(params, xa, y))
 
 
-def _beta(settings, model):
+def _trades_weight(settings, model):
     """TRADES weight of ``model``: 0 for standard training, the settings' ``beta`` for TRADES (unused by
     ``augment``)."""
     return 0.0 if model == "standard" else settings["beta"]
@@ -274,8 +277,8 @@ def replay(settings: dict, cell: dict) -> dict:
     """Both models of ``cell`` trained for one epoch: their minibatch losses and test metrics."""
     out = {}
     for m in _MODELS:
-        r = train(settings, cell["seed"], _beta(settings, m), n_epochs=1, defence=_defence(m))
-        out[m] = dict(loss=np.asarray(r.energies)[0], **_stopped_metrics(settings, r.params, cell["seed"]))
+        r = train(settings, cell["seed"], _trades_weight(settings, m), n_epochs=1, defence=_defence(m))
+        out[m] = dict(loss=np.asarray(r.extras.batch_losses)[0], **_stopped_metrics(settings, r.params, cell["seed"]))
     return out
 
 
@@ -283,7 +286,7 @@ def _minimal(settings, params, x, y):
     m = adversarial.minimal_perturbation(
         params, x, y, eps_max=settings["min_eps_max"], n_bisect=settings["n_bisect"], box=BOX
     )
-    direction = jnp.sign(adversarial.input_gradient(params, x, y))
+    direction = jnp.sign(adversarial.grad_x(params, x, y))
     ok = np.asarray(m.fooled & (m.epsilon > 0))
     at = jnp.clip(x + m.epsilon[:, None] * direction, *BOX)
     below = jnp.clip(x + (m.epsilon[:, None] - 1e-6) * direction, *BOX)
@@ -323,16 +326,16 @@ def _cell(settings, cell, progress):
     _, _, x_te, y_te = split(seed, s["n_train"])
     result, trace = {}, {}
     for m in _MODELS:
-        r = train(s, seed, _beta(s, m))
+        r = train(s, seed, _trades_weight(s, m))
         p = r.params
         result[m] = dict(
             fgsm=[attacked_accuracy(s, p, x_te, y_te, e, "fgsm") for e in s["eps_grid"]],
             pgd=[attacked_accuracy(s, p, x_te, y_te, e, "pgd") for e in s["eps_grid"]],
-            epoch_loss=np.asarray(r.energies).mean(axis=1),
+            epoch_loss=np.asarray(r.extras.batch_losses).mean(axis=1),
             minimal=_minimal(s, p, x_te, y_te),
             inner=_monotone(s, p, x_te, seed),
         )
-        trace[m] = np.asarray(r.energies)[0]  # the full run's own first epoch
+        trace[m] = np.asarray(r.extras.batch_losses)[0]  # the full run's own first epoch
     fresh = replay(s, cell)
     for m in _MODELS:
         fresh[m]["loss"] = trace[m]
@@ -346,9 +349,9 @@ def _gradient_cell(settings, cell, progress):
     e = s["eps_trades"]
     result, trace = {}, {}
     for m in _MODELS:
-        r = train(s, seed, _beta(s, m))
+        r = train(s, seed, _trades_weight(s, m))
         p = r.params
-        c = continue_training(s, seed, r, _beta(s, m)).params
+        c = continue_training(s, seed, r, _trades_weight(s, m)).params
         result[m] = dict(
             gradient=gradient_attacks(s, p, x_te, y_te),
             clean=attacked_accuracy(s, p, x_te, y_te, 0.0, "pgd"),
@@ -357,13 +360,16 @@ def _gradient_cell(settings, cell, progress):
                 clean=attacked_accuracy(s, c, x_te, y_te, 0.0, "pgd"), pgd=attacked_accuracy(s, c, x_te, y_te, e, "pgd")
             ),
         )
-        trace[m] = np.asarray(r.energies)[0]
+        trace[m] = np.asarray(r.extras.batch_losses)[0]
     return dict(result=result, trace=trace)
 
 
 def _gradient_replay(settings, cell):
     """Both models of ``cell`` trained for one epoch: their 24 minibatch losses."""
-    return {m: np.asarray(train(settings, cell["seed"], _beta(settings, m), n_epochs=1).energies)[0] for m in _MODELS}
+    return {
+        m: np.asarray(train(settings, cell["seed"], _trades_weight(settings, m), n_epochs=1).extras.batch_losses)[0]
+        for m in _MODELS
+    }
 
 
 def gradient_summary(doc: dict) -> dict:
@@ -466,8 +472,8 @@ def binary_split(seed: int, settings: dict = BIN):
 
 def _method_args(method):
     if method == "augment":
-        return dict(beta=0.0, defence="augment")
-    return dict(beta=float(method.split("=")[1]), defence="trades")
+        return dict(trades_weight=0.0, defence="augment")
+    return dict(trades_weight=float(method.split("=")[1]), defence="trades")
 
 
 def binary_train(settings: dict, seed: int, method: str, n_epochs: int, start=None, key_offset: int = 0):
@@ -489,35 +495,37 @@ def binary_train(settings: dict, seed: int, method: str, n_epochs: int, start=No
         n_epochs=n_epochs,
         batch_size=s["batch_size"],
         epsilon=s["eps"],
-        inner_steps=s["inner_steps"],
+        n_inner_steps=s["inner_steps"],
         box=BOX,
         opt_state=st,
         **_method_args(method),
     )
 
 
-def robust_correct(settings: dict, params, x, t) -> np.ndarray:
+def robust_correct(settings: dict, params, x, y) -> np.ndarray:
     """Per example: correct (f(x')T > 0) at the end of every one of ``pgd_restarts`` PGD runs on
-    g(f(x')T), each from a uniform random point of the ball (keys ``10000 + r``) and the clean point."""
+    g(f(x')T), each from a uniform random point of the ball (keys ``10000 + r``) and the clean point.
+    ``y`` holds the labels T = -1/1 (the notes' T)."""
     s = settings
-    ok = np.asarray(adversarial.binary_score(params, x) * t > 0)
+    ok = np.asarray(adversarial.binary_score(params, x) * y > 0)
     for r in range(s["pgd_restarts"]):
         a = adversarial.pgd(
             params,
             x,
-            t,
+            y,
             s["eps"],
             step_size=s["pgd_step_size"],
             n_steps=s["pgd_steps"],
             key=jax.random.key(10_000 + r),
             box=BOX,
         )
-        ok = ok & np.asarray(adversarial.binary_score(params, a.x_adv) * t > 0)
+        ok = ok & np.asarray(adversarial.binary_score(params, a.x_adv) * y > 0)
     return ok
 
 
-def objective_terms(settings: dict, params, x, t, seed: int) -> dict:
-    """The two terms of the notes' joint loss on ``(x, t)``: ``fit_term`` = mean g(f(X)T) and
+def objective_terms(settings: dict, params, x, y, seed: int) -> dict:
+    """The two terms of the notes' joint loss on ``(x, y)`` (``y`` the labels T = -1/1): ``fit_term`` =
+    mean g(f(X)T) and
     ``robust_term`` = mean g(f(X)f(X')), X' from ``objective_steps`` monotone inner steps of ``eps / 4``
     (a lower bound on the inner maximum); J_beta = fit_term + beta * robust_term."""
     s = settings
@@ -533,7 +541,7 @@ def objective_terms(settings: dict, params, x, t, seed: int) -> dict:
     ).x_adv
     fa = adversarial.binary_score(params, xa)
     g = adversarial.softplus_surrogate
-    return dict(fit_term=float(jnp.mean(g(f * t))), robust_term=float(jnp.mean(g(f * fa))))
+    return dict(fit_term=float(jnp.mean(g(f * y))), robust_term=float(jnp.mean(g(f * fa))))
 
 
 def _binary_metrics(settings, params, seed):
@@ -553,7 +561,7 @@ _BIN_TRACE = ("beta=1", "beta=6", "augment")
 
 def binary_replay(settings: dict, cell: dict) -> dict:
     """The first epoch's 24 minibatch losses of three methods of ``cell``, trained for one epoch."""
-    return {m: np.asarray(binary_train(settings, cell["seed"], m, 1).energies)[0] for m in _BIN_TRACE}
+    return {m: np.asarray(binary_train(settings, cell["seed"], m, 1).extras.batch_losses)[0] for m in _BIN_TRACE}
 
 
 def _binary_cell(settings, cell, progress):
@@ -565,13 +573,13 @@ def _binary_cell(settings, cell, progress):
     for m in binary_methods(s):
         r = binary_train(s, seed, m, e0)
         if m in _BIN_TRACE:
-            trace[m] = np.asarray(r.energies)[0]
+            trace[m] = np.asarray(r.extras.batch_losses)[0]
         per = {e0: _binary_metrics(s, r.params, seed)}
-        epoch_loss = [np.asarray(r.energies).mean(axis=1)]
+        epoch_loss = [np.asarray(r.extras.batch_losses).mean(axis=1)]
         for done, extra in ((e0, e1 - e0), (e1, e2 - e1)):
             r = binary_train(s, seed, m, extra, start=r, key_offset=done)
             per[done + extra] = _binary_metrics(s, r.params, seed)
-            epoch_loss.append(np.asarray(r.energies).mean(axis=1))
+            epoch_loss.append(np.asarray(r.extras.batch_losses).mean(axis=1))
         result[m] = dict(at={str(k): v for k, v in per.items()}, epoch_loss=np.concatenate(epoch_loss))
     return dict(result=result, trace=trace)
 

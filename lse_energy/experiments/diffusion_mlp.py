@@ -208,7 +208,7 @@ def _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
 
 
 def fit(
-    params: Params, data, schedule, optimizer, *, key, n_steps: int, batch_size: int = 256, opt_state=None
+    params: Params, x, schedule, optimizer, *, key, n_steps: int, batch_size: int = 256, opt_state=None
 ) -> core.FitResult:
     r"""Train :func:`epsilon` with the notes' training algorithm: each step draws a
     minibatch of training points (with replacement), :math:`t \sim \mathcal{U}\{1..T\}`,
@@ -217,7 +217,7 @@ def fit(
 
     Args:
       params: initial :class:`Params`.
-      data: ``(N, d)`` training points.
+      x: ``(N, d)`` training points.
       schedule: :class:`lse_energy.diffusion.Schedule`.
       optimizer: an optax ``GradientTransformation`` (``init``/``update``), hashable
         (a static argument).
@@ -238,15 +238,15 @@ def fit(
     """
     params = _check_params(params)
     schedule = _check_schedule(schedule)
-    data = _validate.points("data", data)
+    x = _validate.points("x", x)
     _validate.optimizer(optimizer)
     n_steps = _validate.count("n_steps", n_steps, 1)
     batch_size = _validate.count("batch_size", batch_size, 1)
-    if params.weights[-1].shape[1] != data.shape[1]:
-        raise ValueError(f"params output dimension {params.weights[-1].shape[1]} != data dimension {data.shape[1]}")
+    if params.weights[-1].shape[1] != x.shape[1]:
+        raise ValueError(f"params output dimension {params.weights[-1].shape[1]} != x dimension {x.shape[1]}")
     if opt_state is None:
         opt_state = optimizer.init(params)
-    p, s, losses = _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
+    p, s, losses = _fit(params, opt_state, x, schedule, key, optimizer, n_steps, batch_size)
     out = core.FitResult(p, losses, n_steps, None, FitExtras(opt_state=s))
     _validate.require_finite("diffusion_mlp.fit", out, steps=losses, hint="lower the optimizer's learning rate")
     return out

@@ -290,7 +290,7 @@ def _fig3_run(s, d, model, n_steps, progress=False):
         d_k=d,
         rank=d // 2,
         strength=s["strength"],
-        max_steps=s["max_steps"],
+        max_iter=s["max_steps"],
         progress=progress,
     )
 
@@ -356,7 +356,7 @@ def _floor_eval(s, d, model, a, seed, n_seq, key_of):
     var = float(task.w_y @ task.w_y)
     out = []
     for scale in s["scales"]:
-        yhat = toy.predict_expanding_task(model, handset_head(task, scale), x, max_steps=s["max_steps"])[0]
+        yhat = toy.predict_expanding_task(model, handset_head(task, scale), x, max_iter=s["max_steps"])[0]
         out.append(float(jnp.mean((yhat - y) ** 2)) / var)
     return np.asarray(out)
 

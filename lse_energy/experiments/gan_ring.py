@@ -296,16 +296,18 @@ def _cell(settings, cell, progress):
     return dict(result=result, trace=trace)
 
 
-def rate_interval(k: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
-    r"""The rate ``k / n`` and its exact (Clopper-Pearson) two-sided interval at ``level``: ``(rate, lo, hi)``."""
+def rate_interval(n_hits: int, n: int, level: float = 0.95) -> tuple[float, float, float]:
+    r"""The rate ``n_hits / n`` and its exact (Clopper-Pearson) two-sided interval at ``level``: ``(rate, lo, hi)``.
+
+    ``n_hits`` successes (here: seeds that cover every mode) out of ``n`` trials."""
     from scipy.stats import beta
 
-    if not (isinstance(k, (int, np.integer)) and isinstance(n, (int, np.integer)) and 0 <= k <= n and n >= 1):
-        raise ValueError(f"need integers 0 <= k <= n, n >= 1; got k={k!r}, n={n!r}")
+    if not (isinstance(n_hits, (int, np.integer)) and isinstance(n, (int, np.integer)) and 0 <= n_hits <= n and n >= 1):
+        raise ValueError(f"need integers 0 <= n_hits <= n, n >= 1; got n_hits={n_hits!r}, n={n!r}")
     a = (1 - level) / 2
-    lo = 0.0 if k == 0 else float(beta.ppf(a, k, n - k + 1))
-    hi = 1.0 if k == n else float(beta.ppf(1 - a, k + 1, n - k))
-    return k / n, lo, hi
+    lo = 0.0 if n_hits == 0 else float(beta.ppf(a, n_hits, n - n_hits + 1))
+    hi = 1.0 if n_hits == n else float(beta.ppf(1 - a, n_hits + 1, n - n_hits))
+    return n_hits / n, lo, hi
 
 
 def summary(doc: dict) -> dict:

@@ -138,8 +138,8 @@ def _diagnose(s, centres, p, mu) -> dict:
     return dict(collapsed=bool(collapsed), shared=len(set(nearest.tolist())) < K)
 
 
-def run_seed(s: dict, seed: int, n_rounds: int | None = None, progress: bool = False) -> dict:
-    """The whole experiment for one seed at settings ``s`` (``n_rounds`` overrides ``s["rounds"]``).
+def run_seed(s: dict, seed: int, n_steps: int | None = None, progress: bool = False) -> dict:
+    """The whole experiment for one seed at settings ``s`` (``n_steps`` overrides ``s["rounds"]``, the rounds).
 
     Returns the problem (:func:`problem`), the inference-only run ``before``, the fit, the teacher's
     reference inference ``ref`` and the scalar outcomes.
@@ -152,9 +152,9 @@ def run_seed(s: dict, seed: int, n_rounds: int | None = None, progress: bool = F
         X,
         before.mu,
         optimizer=_adam(s["learning_rate"]),
-        n_rounds=s["rounds"] if n_rounds is None else n_rounds,
-        infer_steps=s["infer_steps"],
-        learn_steps=s["learn_steps"],
+        n_steps=s["rounds"] if n_steps is None else n_steps,
+        n_infer_steps=s["infer_steps"],
+        n_learn_steps=s["learn_steps"],
         progress=progress,
     )
     ref = mpc.infer(pr["teacher"], X, pr["data"].latent_centres, n_steps=s["infer_before"])
@@ -184,7 +184,7 @@ def _trace(r) -> dict:
 
 
 def _replay(s, cell):
-    return _trace(run_seed(s, cell["seed"], n_rounds=REPLAY_ROUNDS))
+    return _trace(run_seed(s, cell["seed"], n_steps=REPLAY_ROUNDS))
 
 
 def _cell(s, cell, progress):

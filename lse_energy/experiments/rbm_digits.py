@@ -26,6 +26,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 
 from lse_energy import rbm
 from lse_energy.experiments import store
@@ -98,11 +99,10 @@ def train(s: dict, seed: int, n_epochs: int | None = None, progress: bool = Fals
         from tqdm.auto import tqdm
 
         chunks = tqdm(chunks, desc=f"seed {seed} (chunks of {CHUNK} epochs)", leave=False)
+    sgd = optax.sgd(s["learning_rate"])  # theta <- theta + eta g_CD, the notes' rule
     for epoch in chunks:
         key, sub = jax.random.split(key)
-        res = rbm.fit(
-            p, tr, key=sub, n_epochs=CHUNK, batch_size=s["batch_size"], learning_rate=s["learning_rate"], k=s["k"]
-        )
+        res = rbm.fit(p, tr, key=sub, optimizer=sgd, n_epochs=CHUNK, batch_size=s["batch_size"], n_gibbs_steps=s["k"])
         p = res.params
         if first is None:
             first = dict(recon=np.asarray(res.extras.reconstruction_error), free_energy=np.asarray(res.energies))

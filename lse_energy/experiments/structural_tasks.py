@@ -441,7 +441,7 @@ def _sample_expanding(task, key, n, batch, p):
 
 
 def predict_expanding_task(
-    model: str, params, x, *, alpha0=1.0, beta0=1.0, eps=1e-2, tol=1e-3, max_steps=100, max_window=None
+    model: str, params, x, *, alpha0=1.0, beta0=1.0, eps=1e-2, tol=1e-3, max_iter=100, max_window=None
 ):
     r"""Prediction of ``"self"`` or ``"expanding"`` attention read out at the last token.
 
@@ -466,7 +466,7 @@ def predict_expanding_task(
     if isinstance(params, multihop.Params):  # one head of init_toy: the same three projections
         params = expanding.Params(*params)
     res = expanding.attention(
-        params, x, alpha0=alpha0, beta0=beta0, eps=eps, tol=tol, max_steps=max_steps, max_window=max_window
+        params, x, alpha0=alpha0, beta0=beta0, eps=eps, tol=tol, max_iter=max_iter, max_window=max_window
     )
     return res.output[:, 0], res
 
@@ -476,12 +476,12 @@ def _predict_self(params, x):
     return _predict_ex("self", params, x, None, None, None, None, None)[0]
 
 
-def _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_steps):
+def _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_iter):
     if model == "self":  # a uniform prior is order-free: no need to reverse the context
         q = x[:, -1] @ params.wq.T
         ctx = x[:, :-1]
         return attention.attend(q[:, None, :], ctx @ params.wk.T, ctx @ params.wv.T)[:, 0, 0], None
-    res = expanding.attention(params, x, alpha0=alpha0, beta0=beta0, eps=eps, tol=tol, max_steps=max_steps)
+    res = expanding.attention(params, x, alpha0=alpha0, beta0=beta0, eps=eps, tol=tol, max_iter=max_iter)
     return res.output[:, 0], res
 
 
@@ -502,7 +502,7 @@ def run_expanding_experiment(
     beta0=1.0,
     eps: float = 1e-2,
     tol: float = 1e-3,
-    max_steps: int = 100,
+    max_iter: int = 100,
     n_test: int = 1024,
     progress: bool = False,
 ):
@@ -538,7 +538,7 @@ def run_expanding_experiment(
         ("d_k", d_k, 1),
         ("rank", rank, 1),
         ("n_test", n_test, 1),
-        ("max_steps", max_steps, 0),
+        ("max_iter", max_iter, 0),
     ):
         _validate.count(name, val, low)
     if 2 * rank > d:
@@ -565,7 +565,7 @@ def run_expanding_experiment(
                 float(beta0),
                 eps,
                 float(tol),
-                max_steps,
+                max_iter,
                 n_test,
                 every,
             )
@@ -596,7 +596,7 @@ def _run_ex(
     beta0,
     eps,
     tol,
-    max_steps,
+    max_iter,
     n_test,
     report_every=0,
 ):
@@ -607,7 +607,7 @@ def _run_ex(
         var = task.w_y @ task.w_y
 
         def predict(params, x):
-            return _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_steps)
+            return _predict_ex(model, params, x, alpha0, beta0, eps, tol, max_iter)
 
         def loss(params, k):
             x, y, _ = _sample_expanding(task, k, n, batch, p)

@@ -225,7 +225,9 @@ def _replay(s, cell):
         eps = core.random_normal(
             jax.random.key(s["eval_key_offset"] + cell["seed"]), (1, d[2].shape[0], s["d_z"]), d[2].dtype
         )
-        out[m] = dict(loss=np.asarray(r.energies), test_elbo=float(jnp.mean(vae.log_weights(r.params, d[2], eps))))
+        out[m] = dict(
+            loss=np.asarray(r.extras.batch_losses), test_elbo=float(jnp.mean(vae.log_weights(r.params, d[2], eps)))
+        )
     return out
 
 
@@ -239,14 +241,14 @@ def _cell(s, cell, progress):
         r1 = _fit(s, _init(s, m, seed), d[0], seed, 0, c)
         at_checkpoint = _evaluate(s, r1.params, d, seed)
         r2 = _fit(s, r1.params, d[0], seed, 1, s["n_epochs"] - c, r1.extras.opt_state)
-        loss = np.concatenate([np.asarray(r1.energies), np.asarray(r2.energies)]).mean(1)
+        loss = np.concatenate([np.asarray(r1.extras.batch_losses), np.asarray(r2.extras.batch_losses)]).mean(1)
         result[m] = dict(
             final=_evaluate(s, r2.params, d, seed),
             checkpoint=at_checkpoint,
             loss_blocks=_block_means(loss),
             pictures=_pictures(s, r2.params, d, seed),
         )
-        trace[m]["loss"] = np.asarray(r1.energies)[:REPLAY_EPOCHS]  # the full run's own first steps
+        trace[m]["loss"] = np.asarray(r1.extras.batch_losses)[:REPLAY_EPOCHS]  # the full run's own first steps
     return dict(result=result, trace=trace)
 
 
@@ -274,7 +276,7 @@ def _pca_kmeans_ari(s, d, seed) -> float:
 def _replay_continuation(s, cell):
     d = data(s)
     r = _fit(s, _init(s, "standard", cell["seed"]), d[0], cell["seed"], 0, REPLAY_EPOCHS)
-    return dict(standard=dict(loss=np.asarray(r.energies)))
+    return dict(standard=dict(loss=np.asarray(r.extras.batch_losses)))
 
 
 def _cell_continuation(s, cell, progress):
@@ -287,10 +289,10 @@ def _cell_continuation(s, cell, progress):
         r = _fit(s, _init(s, m, seed), d[0], seed, 0, c)
         result[m] = dict(
             checkpoint=_evaluate(s, r.params, d, seed, with_se=True),
-            loss_blocks=_block_means(np.asarray(r.energies).mean(1)),
+            loss_blocks=_block_means(np.asarray(r.extras.batch_losses).mean(1)),
         )
         if m == "standard":
-            trace[m] = dict(loss=np.asarray(r.energies)[:REPLAY_EPOCHS])
+            trace[m] = dict(loss=np.asarray(r.extras.batch_losses)[:REPLAY_EPOCHS])
     return dict(result=result, trace=trace)
 
 

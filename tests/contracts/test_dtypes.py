@@ -62,7 +62,7 @@ DTYPES = ("float32", "float64")
 
 def _rbm_fit():
     a = V.rbm_args()
-    return dict(params=a["params"], data=a["v"], key=V.KEY, n_epochs=2, batch_size=1)
+    return dict(params=a["params"], x=a["v"], key=V.KEY, optimizer=optax.sgd(0.05), n_epochs=2, batch_size=1)
 
 
 def _slot_fit():
@@ -72,7 +72,7 @@ def _slot_fit():
 def _diffusion_fit():
     return dict(
         params=V.diffusion_mlp()["params"],
-        data=V._normal((8, 2)),
+        x=V._normal((8, 2)),
         schedule=diffusion.linear_schedule(20),
         optimizer=optax.adam(1e-3),
         key=V.KEY,
@@ -82,14 +82,14 @@ def _diffusion_fit():
 
 
 def _expanding():
-    return dict(q=V._normal((2, 3)), k=V._normal((2, 6, 3), 1), v=V._normal((2, 6, 2), 2), max_steps=3)
+    return dict(q=V._normal((2, 3)), k=V._normal((2, 6, 3), 1), v=V._normal((2, 6, 2), 2), max_iter=3)
 
 
 def _gan_fit():
     a = V.gan_args()
     return dict(
         params=a["params"],
-        data=a["x"],
+        x=a["x"],
         key=V.KEY,
         d_optimizer=optax.adam(1e-3),
         g_optimizer=optax.adam(1e-3),

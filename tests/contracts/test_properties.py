@@ -299,9 +299,7 @@ def build_cross_attention(seed, n, k, d, scale):
     kw = dict(beta=beta, mask=mask)
 
     def grad(z):
-        return dict(
-            q=attention.cross_grad_queries(z["q"], z["k"], **kw), k=attention.cross_grad_keys(z["q"], z["k"], **kw)
-        )
+        return dict(q=attention.grad_q(z["q"], z["k"], **kw), k=attention.grad_k(z["q"], z["k"], **kw))
 
     def np_ref(z):
         s = np.where(np.asarray(mask), beta * z["q"] @ z["k"].T, -np.inf)
@@ -321,7 +319,7 @@ def build_cross_attention(seed, n, k, d, scale):
 
     return Instance(
         z,
-        lambda z: attention.cross_energy(z["q"], z["k"], **kw),
+        lambda z: attention.energy(z["q"], z["k"], **kw),
         grad,
         lambda z: jnp.where(mask, beta * z["q"] @ z["k"].T, 0.0),
         np_ref,
@@ -354,7 +352,7 @@ def build_self_attention(seed, n, k, d, scale):
     return Instance(
         z,
         lambda x: attention.self_energy(p(x), x, beta=beta, mask=mask),
-        lambda x: attention.self_grad(p(x), x, beta=beta, mask=mask),
+        lambda x: attention.grad_self(p(x), x, beta=beta, mask=mask),
         lambda x: jnp.where(mask, beta * (x @ params.wq.T) @ (x @ params.wk.T).T, 0.0),
         lambda x: -np.sum(_np_lse(np.where(m, np_sim(x), -np.inf))),
         mp_ref,
@@ -396,7 +394,7 @@ def build_slot_attention(seed, n, k, d, scale):
         z,
         lambda z: slot_attention.energy(p(z), z["x"], z["mu"]),
         grad,
-        lambda z: slot_attention.similarity(p(z), z["x"], z["mu"]),
+        lambda z: slot_attention.sim(p(z), z["x"], z["mu"]),
         lambda z: -np.sum(_np_lse(np_sim(z))),
         mp_ref,
     )
@@ -416,9 +414,9 @@ def build_rbm(seed, n, k, d, scale):
         return rbm.Params(z["W"], z["b"], z["c"])
 
     def grad(z):
-        g = rbm.free_energy_grad_params(p(z), z["v"])  # gradient of the *mean* free energy
+        g = rbm.grad_params(p(z), z["v"])  # gradient of the *mean* free energy
         N = z["v"].shape[0]
-        return dict(W=N * g.W, b=N * g.b, c=N * g.c, v=rbm.free_energy_grad_v(p(z), z["v"]))
+        return dict(W=N * g.W, b=N * g.b, c=N * g.c, v=rbm.grad_v(p(z), z["v"]))
 
     def hid(z):  # (N, n_hidden, 2) sims of each hidden unit's two states {0, c + W'v}
         s = z["v"] @ z["W"] + z["c"]
@@ -438,7 +436,7 @@ def build_rbm(seed, n, k, d, scale):
                 total -= mp.log(1 + mp.exp(s))
         return total
 
-    return Instance(z, lambda z: jnp.sum(rbm.free_energy(p(z), z["v"])), grad, hid, np_ref, mp_ref)
+    return Instance(z, lambda z: jnp.sum(rbm.energy(p(z), z["v"])), grad, hid, np_ref, mp_ref)
 
 
 def build_diffusion(seed, n, k, d, scale):
@@ -803,7 +801,7 @@ def build_vae(seed, n, k, d, scale):
         return vae.MixturePrior(z["logits"], z["means"], z["log_scales"])
 
     def grad(z):
-        g, g_z = vae.grad_prior_energy(prior(z), z["z"])
+        g, g_z = vae.grad_energy(prior(z), z["z"])
         return dict(logits=g.logits, means=g.means, log_scales=g.log_scales, z=g_z)
 
     def np_sim(z):  # ln pi_k + sum_j ln N(z_nj; m_kj, s_kj^2), written out
@@ -833,9 +831,9 @@ def build_vae(seed, n, k, d, scale):
 
     return Instance(
         z,
-        lambda z: vae.prior_energy(prior(z), z["z"]),
+        lambda z: vae.energy(prior(z), z["z"]),
         grad,
-        lambda z: vae.prior_sim(prior(z), z["z"]),
+        lambda z: vae.sim(prior(z), z["z"]),
         lambda z: -np.sum(_np_lse(np_sim(z))),
         mp_ref,
     )
@@ -1007,10 +1005,10 @@ def run_slot_cccp(seed, k, d):
     p = slot_attention.Params(jnp.asarray(rng.normal(size=(d + 1, d))), jnp.asarray(rng.normal(size=(d + 1, d))))
     x, mu = jnp.asarray(rng.normal(size=(6, d))), jnp.asarray(rng.normal(size=(k, d)))
     lam = float(rng.uniform(0.5, 3.0))
-    energies = [slot_attention.free_energy(p, x, mu, lam)]
+    energies = [slot_attention.regularised_energy(p, x, mu, lam)]
     for _ in range(5):
         mu = slot_attention.cccp_step(p, x, mu, lam)
-        energies.append(slot_attention.free_energy(p, x, mu, lam))
+        energies.append(slot_attention.regularised_energy(p, x, mu, lam))
     return energies
 
 
@@ -1105,8 +1103,8 @@ KEYED = {
     "rbm.sample_hidden": lambda key: rbm.sample_hidden(_RBM, _BIN, key=key),
     "rbm.sample_visible": lambda key: rbm.sample_visible(_RBM, jnp.ones((6, 2)), key=key),
     "rbm.gibbs": lambda key: rbm.gibbs(_RBM, _BIN, 2, key=key),
-    "rbm.cd_gradient": lambda key: rbm.cd_gradient(_RBM, _BIN, 1, key=key),
-    "rbm.fit": lambda key: rbm.fit(_RBM, _BIN, key=key, n_epochs=1, batch_size=3),
+    "rbm.grad_cd": lambda key: rbm.grad_cd(_RBM, _BIN, 1, key=key),
+    "rbm.fit": lambda key: rbm.fit(_RBM, _BIN, key=key, optimizer=optax.sgd(0.05), n_epochs=1, batch_size=3),
     "diffusion.q_sample": lambda key: diffusion.q_sample(_SCH, _DATA2, 3, key=key),
     "diffusion.q_step": lambda key: diffusion.q_step(_SCH, _DATA2, 3, key=key),
     "diffusion.simplified_loss": lambda key: diffusion.simplified_loss(
@@ -1121,7 +1119,7 @@ KEYED = {
     "pcn.init_params": lambda key: pcn.init_params((2, 3, 2), key=key),
     "population.init_params": lambda key: population.init_params(2, 5, key=key),
     "pcn.fit": lambda key: pcn.fit(
-        _PCN, _DATA2, _DATA2, key=key, optimizer=_SGD, n_epochs=1, batch_size=4, infer_steps=2
+        _PCN, _DATA2, _DATA2, key=key, optimizer=_SGD, n_epochs=1, batch_size=4, n_infer_steps=2
     ),
     "embedding.init_params": lambda key: embedding.init_params(4, 2, key=key),
     "embedding.sample_chain": lambda key: embedding.sample_chain(embedding.ring_transition(5), 20, key=key),

@@ -17,6 +17,7 @@ import pkgutil
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.test_util import check_grads
 
@@ -188,7 +189,6 @@ def test_api_reference_documents_every_public_module():
 
 def _fits():
     """Every public fit in the package, each as a small call (name -> thunk)."""
-    import optax
 
     from lse_energy import (
         adversarial,
@@ -233,9 +233,9 @@ def _fits():
             x2,
             jnp.zeros((2, 1)),
             optimizer=sgd,
-            n_rounds=3,
-            infer_steps=2,
-            learn_steps=2,
+            n_steps=3,
+            n_infer_steps=2,
+            n_learn_steps=2,
         ),
         "slot_attention.fit": lambda: slot_attention.fit(sp, x2, x2[:3], n_steps=3),
         "adversarial.fit": lambda: adversarial.fit(
@@ -246,11 +246,11 @@ def _fits():
             optimizer=sgd,
             n_epochs=3,
             batch_size=4,
-            beta=1.0,
+            trades_weight=1.0,
             epsilon=0.1,
-            inner_steps=2,
+            n_inner_steps=2,
         ),
-        "rbm.fit": lambda: rbm.fit(r, binary, key=key, n_epochs=3, batch_size=3),
+        "rbm.fit": lambda: rbm.fit(r, binary, key=key, optimizer=optax.sgd(0.05), n_epochs=3, batch_size=3),
         "embedding.fit": lambda: embedding.fit(
             embedding.init_params(4, 2, key=key),
             jnp.asarray(rng.integers(1, 4, size=(4, 4)).astype(float)),
@@ -267,7 +267,14 @@ def _fits():
             batch_size=3,
         ),
         "pcn.fit": lambda: pcn.fit(
-            pcn.init_params((2, 3, 2), key=key), x2, x2, key=key, optimizer=sgd, n_epochs=3, batch_size=4, infer_steps=2
+            pcn.init_params((2, 3, 2), key=key),
+            x2,
+            x2,
+            key=key,
+            optimizer=sgd,
+            n_epochs=3,
+            batch_size=4,
+            n_infer_steps=2,
         ),
         "gan.fit": lambda: gan.fit(
             gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
@@ -312,6 +319,81 @@ def test_every_fit_is_listed():
     assert found == set(_fits())
 
 
+def _fit_function(name):
+    module, fn = name.split(".")
+    pkg = "lse_energy.experiments" if module == "diffusion_mlp" else "lse_energy"
+    return getattr(importlib.import_module(f"{pkg}.{module}"), fn)
+
+
+def family_violations(name, fn) -> list[str]:
+    """How the signature of the fit ``name`` breaks its family (registry.EM_FITS / GRADIENT_FITS)."""
+    import inspect
+
+    from lse_energy import registry
+
+    params = inspect.signature(fn).parameters
+    positional = [p for p, v in params.items() if v.kind is v.POSITIONAL_OR_KEYWORD]
+    keyword = {p for p, v in params.items() if v.kind is v.KEYWORD_ONLY}
+    out = []
+    if name in registry.EM_FITS:
+        head, required = ["x", "n_components"], {"key", "max_iter", "tol"}
+    elif name in registry.GRADIENT_FITS:
+        head, required = ["params", "x"], {"key", "optimizer", "n_epochs", "batch_size"}
+        if positional[2:3] not in ([], ["y"]) and params[positional[2]].default is inspect.Parameter.empty:
+            out.append(f"{name}: a required argument after x is the labels y; got {positional[2]}")
+    elif name in registry.OTHER_FITS:
+        head, required = [p for p in positional[:2] if p in ("params", "x")], set()
+        if "x" not in positional and name != "gmm.em":
+            out.append(f"{name}: the data argument is x")
+    else:
+        return [f"{name}: in no family and not in registry.OTHER_FITS"]
+    if positional[: len(head)] != head:
+        out.append(f"{name}: starts ({', '.join(positional[: len(head)])}), not ({', '.join(head)})")
+    out += [f"{name}: {p} is not keyword-only" for p in sorted(required - keyword)]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(_fits()))
+def test_every_fit_belongs_to_a_family(name):
+    assert family_violations(name, _fit_function(name)) == []
+
+
+FAMILY_CONTROLS = {
+    # (registered as, scratch signature) -> the violation the check must report
+    "em fit taking params": ("gmm.fit", "def fit(params, x, *, key, max_iter=100, tol=1e-6): pass", "starts"),
+    "em fit without tol": ("slds.fit", "def fit(x, n_components, *, key, max_iter=100): pass", "tol is not"),
+    "trainer without optimizer": (
+        "rbm.fit",
+        "def fit(params, x, *, key, learning_rate, n_epochs, batch_size): pass",
+        "optimizer is not",
+    ),
+    "trainer named data": ("vae.fit", "def fit(params, data, *, key, optimizer, n_epochs, batch_size): pass", "starts"),
+    "trainer with n_steps": (
+        "gru.fit",
+        "def fit(params, x, y, *, key, optimizer, n_steps, batch_size): pass",
+        "n_epochs is not",
+    ),
+    "unlisted fit": ("lif.fit", "def fit(x): pass", "in no family"),
+    "other fit named data": ("gan.fit", "def fit(params, data, *, key): pass", "the data argument is x"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAMILY_CONTROLS))
+def test_the_family_check_catches_a_violation(case):
+    name, source, expected = FAMILY_CONTROLS[case]
+    scope = {}
+    exec(source, scope)
+    found = family_violations(name, scope["fit"])
+    assert any(expected in v for v in found), found
+
+
+def test_the_families_list_only_real_fits():
+    from lse_energy import registry
+
+    listed = [*registry.EM_FITS, *registry.GRADIENT_FITS, *registry.OTHER_FITS]
+    assert len(listed) == len(set(listed)) and set(listed) == set(_fits())
+
+
 @pytest.mark.parametrize("name", sorted(_fits()))
 def test_every_fit_returns_one_result_type(name):
     """``core.FitResult``: params of the model's type, an energy per iteration, ``n_iter`` an int,
@@ -326,6 +408,7 @@ def test_every_fit_returns_one_result_type(name):
     assert isinstance(out.n_iter, int) and not isinstance(out.n_iter, bool) and out.n_iter == 3
     energies = np.asarray(out.energies)
     assert np.all(np.isfinite(energies))
+    assert energies.ndim == 1, f"energies has shape {energies.shape}: one value per iteration or epoch"
     module, fn = name.split(".")
     mod = importlib.import_module(
         f"lse_energy.{module}" if module != "diffusion_mlp" else "lse_energy.experiments.diffusion_mlp"

@@ -133,17 +133,17 @@ KEY = jax.random.key(0)
 def adv_args():
     params = adversarial.init_params(4, 3, 3, key=KEY)
     x = jnp.asarray(_rng(7).uniform(0.1, 0.9, (5, 4)))
-    return dict(params=params, x=x, t=jnp.asarray([0, 2, 1, 1, 0]))
+    return dict(params=params, x=x, y=jnp.asarray([0, 2, 1, 1, 0]))
 
 
 def adv_binary():
     params = adversarial.init_params(4, 3, 1, key=KEY)
     a = adv_args()
-    return dict(params=params, x=a["x"], t=jnp.asarray([1, -1, 1, -1, 1]), x_adv=a["x"] + 0.05, beta=1.0)
+    return dict(params=params, x=a["x"], y=jnp.asarray([1, -1, 1, -1, 1]), x_adv=a["x"] + 0.05, trades_weight=1.0)
 
 
 def adv_trades():
-    return dict(adv_args(), x_adv=adv_args()["x"] + 0.05, beta=2.0)
+    return dict(adv_args(), x_adv=adv_args()["x"] + 0.05, trades_weight=2.0)
 
 
 def adv_binary_x():
@@ -161,7 +161,7 @@ def adv_fgsm():
 
 
 def adv_step():
-    return dict(adv_args(), k=0.1, epsilon=0.1, box=(0.0, 1.0))
+    return dict(adv_args(), step_size=0.1, epsilon=0.1, box=(0.0, 1.0))
 
 
 def adv_pgd():
@@ -182,7 +182,14 @@ def adv_kl():
 
 def adv_fit():
     return dict(
-        adv_args(), key=KEY, optimizer=optax.sgd(1e-2), n_epochs=1, batch_size=2, beta=1.0, epsilon=0.1, inner_steps=2
+        adv_args(),
+        key=KEY,
+        optimizer=optax.sgd(1e-2),
+        n_epochs=1,
+        batch_size=2,
+        trades_weight=1.0,
+        epsilon=0.1,
+        n_inner_steps=2,
     )
 
 
@@ -525,7 +532,7 @@ CASES: list[Case] = [
         "too_few_nodes",
     ),
     C(
-        core.graph_gradient,
+        core.grad_graph,
         "finite",
         core_graph,
         lambda a: dict(nodes=_nan_at(a["nodes"], 0)),
@@ -853,7 +860,7 @@ CASES: list[Case] = [
     ),
     # --- attention ----------------------------------------------------------
     C(
-        attention.cross_energy,
+        attention.energy,
         "beta",
         cross_args,
         lambda a: dict(beta=0.0),
@@ -861,7 +868,7 @@ CASES: list[Case] = [
         "zero",
     ),
     C(
-        attention.cross_grad_queries,
+        attention.grad_q,
         "beta",
         cross_args,
         lambda a: dict(beta=-2.0),
@@ -885,9 +892,9 @@ CASES: list[Case] = [
         r"beta must be a finite scalar > 0",
         "zero",
     ),
-    C(attention.cross_energy, "beta", cross_args, lambda a: dict(beta=None), r"beta", "none"),
+    C(attention.energy, "beta", cross_args, lambda a: dict(beta=None), r"beta", "none"),
     C(
-        attention.cross_energy,
+        attention.energy,
         "shape",
         cross_args,
         lambda a: dict(k=_normal((4, 2))),
@@ -910,9 +917,9 @@ CASES: list[Case] = [
         r"x has width 5 but params.wq expects 3",
         "x_width",
     ),
-    C(attention.cross_energy, "finite", cross_args, lambda a: dict(q=_nan_at(a["q"])), r"q must be finite", "nan_q"),
+    C(attention.energy, "finite", cross_args, lambda a: dict(q=_nan_at(a["q"])), r"q must be finite", "nan_q"),
     C(
-        attention.cross_energy,
+        attention.energy,
         "dtype",
         cross_args,
         lambda a: dict(k=_ints(a["k"])),
@@ -928,7 +935,7 @@ CASES: list[Case] = [
         "int_x",
     ),
     C(
-        attention.cross_energy,
+        attention.energy,
         "mask",
         cross_args,
         lambda a: dict(mask=a["mask"].at[1].set(False)),
@@ -952,7 +959,7 @@ CASES: list[Case] = [
         "causal_first_row",
     ),
     C(
-        attention.cross_energy,
+        attention.energy,
         "mask",
         cross_args,
         lambda a: dict(mask=np.ones((2, 4), np.int64)),
@@ -960,7 +967,7 @@ CASES: list[Case] = [
         "int_mask",
     ),
     C(
-        attention.cross_energy,
+        attention.energy,
         "shape",
         cross_args,
         lambda a: dict(mask=jnp.ones((3, 4), bool)),
@@ -968,7 +975,7 @@ CASES: list[Case] = [
         "mask_shape",
     ),
     C(
-        attention.cross_energy,
+        attention.energy,
         "K",
         cross_args,
         lambda a: dict(k=jnp.zeros((0, 3)), mask=None),
@@ -1074,7 +1081,7 @@ CASES: list[Case] = [
         "int_x",
     ),
     C(
-        slot_attention.grad_free_energy_mu,
+        slot_attention.grad_mu_regularised,
         "dtype",
         slot_args,
         lambda a: dict(mu=_ints(a["mu"])),
@@ -1098,7 +1105,7 @@ CASES: list[Case] = [
         "inf_lam",
     ),
     C(
-        slot_attention.free_energy,
+        slot_attention.regularised_energy,
         "positive",
         slot_args,
         lambda a: dict(lam=-1.0),
@@ -1106,7 +1113,7 @@ CASES: list[Case] = [
         "neg_lam",
     ),
     C(
-        slot_attention.grad_free_energy_mu,
+        slot_attention.grad_mu_regularised,
         "positive",
         slot_args,
         lambda a: dict(lam=-0.5),
@@ -1172,14 +1179,14 @@ CASES: list[Case] = [
     # --- vae ----------------------------------------------------------------
     C(vae.encode, "shape", vae_x, lambda a: dict(x=jnp.zeros((3, 5))), r"x has dimension d = 5", "x_width"),
     C(
-        vae.prior_energy,
+        vae.energy,
         "shape",
         vae_prior,
         _vae_prior_field("log_scales", lambda s: s[:, :1]),
         r"prior.log_scales must have shape",
         "log_scales",
     ),
-    C(vae.prior_energy, "shape", vae_prior, lambda a: dict(z=jnp.zeros((4, 3))), r"z has dimension d = 3", "z_width"),
+    C(vae.energy, "shape", vae_prior, lambda a: dict(z=jnp.zeros((4, 3))), r"z has dimension d = 3", "z_width"),
     C(vae.log_weights, "shape", vae_eps, lambda a: dict(eps=jnp.zeros((3, 5, 2))), r"eps must have shape", "eps"),
     C(
         vae.encode,
@@ -1199,7 +1206,7 @@ CASES: list[Case] = [
         "logvar",
     ),
     C(vae.encode, "finite", vae_x, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
-    C(vae.prior_energy, "finite", vae_prior, lambda a: dict(z=_nan_at(a["z"])), r"z must be finite", "nan_z"),
+    C(vae.energy, "finite", vae_prior, lambda a: dict(z=_nan_at(a["z"])), r"z must be finite", "nan_z"),
     C(
         vae.decode,
         "finite",
@@ -1234,7 +1241,14 @@ CASES: list[Case] = [
         r"obs_scale must be a finite scalar > 0",
         "obs_scale",
     ),
-    C(vae.fit, "positive", vae_fit, lambda a: dict(beta=-1.0), r"beta must be a finite scalar > 0", "beta"),
+    C(
+        vae.fit,
+        "positive",
+        vae_fit,
+        lambda a: dict(kl_weight=-1.0),
+        r"kl_weight must be a finite scalar > 0",
+        "kl_weight",
+    ),
     C(
         vae.linear_gaussian_posterior,
         "positive",
@@ -1278,7 +1292,7 @@ CASES: list[Case] = [
     C(vae.fit, "type", vae_fit, lambda a: dict(optimizer=object()), r"optimizer must be an optax", "optimizer"),
     C(vae.encode, "type", vae_x, lambda a: dict(params=tuple(a["params"])), r"params must be vae.Params", "tuple"),
     C(
-        vae.prior_energy,
+        vae.energy,
         "type",
         vae_prior,
         lambda a: dict(prior=tuple(a["prior"])),
@@ -1297,7 +1311,7 @@ CASES: list[Case] = [
     ),
     # --- rbm ----------------------------------------------------------------
     C(
-        rbm.free_energy,
+        rbm.energy,
         "shape",
         rbm_args,
         lambda a: dict(v=jnp.ones((2, 4))),
@@ -1305,7 +1319,7 @@ CASES: list[Case] = [
         "v_width",
     ),
     C(
-        rbm.free_energy,
+        rbm.energy,
         "shape",
         rbm_args,
         lambda a: dict(params=a["params"]._replace(c=jnp.zeros(3))),
@@ -1313,16 +1327,16 @@ CASES: list[Case] = [
         "c_shape",
     ),
     C(
-        rbm.energy,
+        rbm.joint_energy,
         "shape",
         rbm_joint,
         lambda a: dict(h=jnp.ones((3, 2))),
         r"v and h must have the same batch shape",
         "batch",
     ),
-    C(rbm.free_energy, "finite", rbm_args, lambda a: dict(v=_nan_at(a["v"])), r"v must be finite", "nan_v"),
+    C(rbm.energy, "finite", rbm_args, lambda a: dict(v=_nan_at(a["v"])), r"v must be finite", "nan_v"),
     C(
-        rbm.free_energy,
+        rbm.energy,
         "finite",
         rbm_args,
         lambda a: dict(params=a["params"]._replace(W=_nan_at(a["params"].W))),
@@ -1330,7 +1344,7 @@ CASES: list[Case] = [
         "nan_W",
     ),
     C(
-        rbm.free_energy,
+        rbm.energy,
         "dtype",
         rbm_args,
         lambda a: dict(params=a["params"]._replace(W=np.ones((3, 2), np.int64))),
@@ -1379,11 +1393,11 @@ CASES: list[Case] = [
     ),
     C(
         rbm.fit,
-        "positive",
-        lambda: dict(params=rbm_args()["params"], data=rbm_args()["v"], key=KEY, n_epochs=1, batch_size=2),
-        lambda a: dict(learning_rate=0.0),
-        r"learning_rate must be finite and > 0",
-        "zero_lr",
+        "type",
+        lambda: rbm_fit(),
+        lambda a: dict(optimizer=0.05),
+        r"optimizer must be an optax",
+        "learning_rate",
     ),
     # --- diffusion ----------------------------------------------------------
     C(
@@ -1499,7 +1513,7 @@ CASES: list[Case] = [
         "type",
         lambda: dict(
             params=diffusion_mlp()["params"],
-            data=_normal((5, 2)),
+            x=_normal((5, 2)),
             schedule=diffusion.linear_schedule(20),
             optimizer=optax.sgd(1e-3),
             key=KEY,
@@ -1646,7 +1660,13 @@ def pc_lipschitz():
 def pc_fit():
     a = pc_mixture()
     return dict(
-        params=a["params"], x=a["x"], mu0=a["mu"], optimizer=optax.sgd(1e-2), n_rounds=1, infer_steps=1, learn_steps=1
+        params=a["params"],
+        x=a["x"],
+        mu0=a["mu"],
+        optimizer=optax.sgd(1e-2),
+        n_steps=1,
+        n_infer_steps=1,
+        n_learn_steps=1,
     )
 
 
@@ -1678,7 +1698,7 @@ def pcn_train_args():
         optimizer=optax.sgd(1e-2),
         n_epochs=1,
         batch_size=2,
-        infer_steps=2,
+        n_infer_steps=2,
     )
 
 
@@ -1729,7 +1749,7 @@ def emb_counts_only():
 
 
 def emb_ns():
-    return dict(emb_args(), noise=jnp.full((4,), 0.25), k=2)
+    return dict(emb_args(), noise=jnp.full((4,), 0.25), n_negatives=2)
 
 
 def emb_sampled():
@@ -1745,7 +1765,8 @@ _EMB_SGD = optax.sgd(0.1)  # one object: the optimizer is a static (hashed) argu
 
 
 def emb_fit():
-    return dict(emb_args(), optimizer=_EMB_SGD, n_steps=3)
+    a = emb_args()
+    return dict(params=a["params"], x=a["counts"], optimizer=_EMB_SGD, n_steps=3)
 
 
 def emb_chain():
@@ -1815,7 +1836,7 @@ CASES += [
         "not_square",
     ),
     C(
-        emb.cosine_similarity,
+        emb.cosine,
         "shape",
         emb_cos,
         lambda a: dict(b=jnp.ones((2, 2))),
@@ -1838,7 +1859,7 @@ CASES += [
         r"params.U must be finite",
         "nan_U",
     ),
-    C(emb.cosine_similarity, "finite", emb_cos, lambda a: dict(a=_nan_at(a["a"])), r"a must be finite", "nan_a"),
+    C(emb.cosine, "finite", emb_cos, lambda a: dict(a=_nan_at(a["a"])), r"a must be finite", "nan_a"),
     C(
         emb.init_params,
         "K",
@@ -1847,7 +1868,14 @@ CASES += [
         r"dim must be an integer >= 1",
         "zero_dim",
     ),
-    C(emb.negative_sampling_loss, "K", emb_ns, lambda a: dict(k=0), r"k must be an integer >= 1", "zero_k"),
+    C(
+        emb.negative_sampling_loss,
+        "K",
+        emb_ns,
+        lambda a: dict(n_negatives=0),
+        r"n_negatives must be an integer >= 1",
+        "zero_k",
+    ),
     C(emb.cooccurrence, "K", emb_cooc, lambda a: dict(window=0), r"window must be an integer >= 1", "zero_window"),
     C(
         emb.ring_transition,
@@ -1962,7 +1990,7 @@ CASES += [
         r"stay must be in \[0, 1\)",
         "stay_one",
     ),
-    C(emb.cosine_similarity, "domain", emb_cos, lambda a: dict(a=a["a"].at[0].set(0.0)), r"non-zero rows", "zero_row"),
+    C(emb.cosine, "domain", emb_cos, lambda a: dict(a=a["a"].at[0].set(0.0)), r"non-zero rows", "zero_row"),
     C(emb.fit, "domain", emb_fit, lambda a: dict(objective="nce"), r"objective must be one of", "objective"),
     C(
         emb.log_partition,
@@ -2005,7 +2033,9 @@ def rbm_gibbs():
 
 
 def rbm_fit():
-    return dict(params=rbm_args()["params"], data=rbm_args()["v"], key=KEY, n_epochs=1, batch_size=2)
+    return dict(
+        params=rbm_args()["params"], x=rbm_args()["v"], key=KEY, optimizer=optax.sgd(0.05), n_epochs=1, batch_size=2
+    )
 
 
 def slds_params_only():
@@ -2062,7 +2092,7 @@ def diffusion_fit():
     a = diffusion_mlp()
     return dict(
         params=a["params"],
-        data=_normal((5, 2)),
+        x=_normal((5, 2)),
         schedule=a["schedule"],
         optimizer=optax.sgd(1e-3),
         key=KEY,
@@ -2197,7 +2227,7 @@ CASES += [
         "nan_base",
     ),
     C(
-        attention.cross_energy_tokens,
+        attention.token_energy,
         "finite",
         tokens_args,
         _replace_params("wk", lambda w: _nan_at(w, 1)),
@@ -2205,7 +2235,7 @@ CASES += [
         "nan_wk",
     ),
     C(
-        attention.cross_energy_tokens,
+        attention.token_energy,
         "beta",
         tokens_args,
         lambda a: dict(beta=-0.1),
@@ -2214,7 +2244,7 @@ CASES += [
     ),
     C(attention.attend, "finite", attend_args, lambda a: dict(v=_nan_at(a["v"], 3)), r"v must be finite", "nan_v"),
     C(
-        attention.cross_energy,
+        attention.energy,
         "shape",
         cross_args,
         lambda a: dict(bias=jnp.zeros((3, 4))),
@@ -2277,7 +2307,7 @@ CASES += [
     ),
     # rbm
     C(
-        rbm.free_energy,
+        rbm.energy,
         "domain",
         rbm_args,
         lambda a: dict(v=np.array([[1, 0, 2], [0, 1, 1]])),
@@ -2293,14 +2323,14 @@ CASES += [
         "nonbinary_v",
     ),
     C(
-        rbm.log_likelihood_grad,
+        rbm.grad_log_likelihood,
         "domain",
         rbm_args,
         lambda a: dict(v=jnp.full((2, 3), 0.5)),
         r"v must be binary",
         "nonbinary_v",
     ),
-    C(rbm.free_energy_hidden, "finite", rbm_hidden, lambda a: dict(h=_nan_at(a["h"])), r"h must be finite", "nan_h"),
+    C(rbm.energy_hidden, "finite", rbm_hidden, lambda a: dict(h=_nan_at(a["h"])), r"h must be finite", "nan_h"),
     C(rbm.gibbs, "K", rbm_gibbs, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
     C(rbm.fit, "K", rbm_fit, lambda a: dict(batch_size=0), r"batch_size must be an integer >= 1", "zero_batch"),
     C(rbm.fit, "K", rbm_fit, lambda a: dict(monitor="yes"), r"monitor must be a bool", "monitor_not_bool"),
@@ -2434,8 +2464,8 @@ CASES += [
         expanding.attend,
         "K",
         ex_args,
-        lambda a: dict(max_steps=-1),
-        r"max_steps must be an integer >= 0",
+        lambda a: dict(max_iter=-1),
+        r"max_iter must be an integer >= 0",
         "negative_steps",
     ),
     C(expanding.attend, "positive", ex_args, lambda a: dict(alpha0=-1.0), r"alpha0 must be finite and > 0", "alpha0"),
@@ -2488,7 +2518,7 @@ def gan_fit():
     a = gan_args()
     return dict(
         params=a["params"],
-        data=a["x"],
+        x=a["x"],
         key=KEY,
         d_optimizer=optax.sgd(1e-2),
         g_optimizer=optax.sgd(1e-2),
@@ -2502,7 +2532,7 @@ def gan_fit_linear():
     p = gan.init_params(2, 2, key=KEY, generator_hidden=(), discriminator_hidden=())
     return dict(
         params=p,
-        data=_normal((8, 2)),
+        x=_normal((8, 2)),
         key=KEY,
         d_optimizer=optax.sgd(1e-2),
         g_optimizer=optax.sgd(1e-2),
@@ -3166,15 +3196,16 @@ INT_INPUTS = [
     (gmm.init_params, gmm_init, "x"),
     (gmm.fit, gmm_fit, "x"),
     # attention
-    (attention.cross_energy, cross_args, "q"),
-    (attention.cross_grad_queries, cross_args, "k"),
-    (attention.cross_grad_keys, cross_args, "q"),
-    (attention.cross_energy_tokens, tokens_args, "xk"),
-    (attention.cross_grad_tokens, tokens_args, "xq"),
-    (attention.cross_grad_params, tokens_args, "params.wq"),
+    (attention.sim, lambda: {n: v for n, v in cross_args().items() if n != "mask"}, "k"),
+    (attention.energy, cross_args, "q"),
+    (attention.grad_q, cross_args, "k"),
+    (attention.grad_k, cross_args, "q"),
+    (attention.token_energy, tokens_args, "xk"),
+    (attention.grad_tokens, tokens_args, "xq"),
+    (attention.grad_params, tokens_args, "params.wq"),
     (attention.self_energy, self_args, "params.wk"),
-    (attention.self_grad_terms, self_args, "x"),
-    (attention.self_grad, self_args, "x"),
+    (attention.grad_self_terms, self_args, "x"),
+    (attention.grad_self, self_args, "x"),
     (attention.attention_weights, cross_args, "k"),
     (attention.attend, attend_args, "v"),
     (attention.edge_prior, lambda: dict(bias=_normal((2, 4))), "bias"),
@@ -3229,16 +3260,16 @@ INT_INPUTS = [
     (anpc.energy, anpc_args, "x"),
     (anpc.standard_energy, anpc_args, "x"),
     (anpc.grad_x, anpc_args, "x"),
-    (anpc.standard_grad_x, anpc_args, "x"),
+    (anpc.grad_x_standard, anpc_args, "x"),
     (anpc.grad_params, anpc_args, "x"),
     (anpc.lipschitz, anpc_lipschitz_args, "params.weights"),
     (anpc.infer, anpc_infer_args, "x0"),
     # rbm: the parameters are continuous (unit states are binary data: see test_integer_data_is_cast_exactly)
-    (rbm.energy, rbm_joint, "params.W"),
-    (rbm.free_energy, rbm_args, "params.b"),
-    (rbm.free_energy_hidden, rbm_hidden, "params.c"),
-    (rbm.free_energy_grad_v, rbm_args, "params.W"),
-    (rbm.free_energy_grad_params, rbm_args, "params.W"),
+    (rbm.joint_energy, rbm_joint, "params.W"),
+    (rbm.energy, rbm_args, "params.b"),
+    (rbm.energy_hidden, rbm_hidden, "params.c"),
+    (rbm.grad_v, rbm_args, "params.W"),
+    (rbm.grad_params, rbm_args, "params.W"),
     (rbm.energy_gap, rbm_joint, "params.W"),
     (rbm.hidden_probs, rbm_args, "params.W"),
     (rbm.visible_probs, rbm_hidden, "params.W"),
@@ -3247,10 +3278,10 @@ INT_INPUTS = [
     (rbm.gibbs, rbm_gibbs, "params.W"),
     (rbm.log_partition, rbm_params_only, "params.W"),
     (rbm.log_likelihood, rbm_args, "params.W"),
-    (rbm.log_likelihood_grad, rbm_args, "params.W"),
-    (rbm.cd_gradient, rbm_keyed, "params.W"),
+    (rbm.grad_log_likelihood, rbm_args, "params.W"),
+    (rbm.grad_cd, rbm_keyed, "params.W"),
     (rbm.gibbs_transition_matrix, rbm_params_only, "params.W"),
-    (rbm.expected_cd_gradient, lambda: dict(rbm_args(), k=1), "params.W"),
+    (rbm.grad_cd_expected, lambda: dict(rbm_args(), n_gibbs_steps=1), "params.W"),
     (rbm.fit, rbm_fit, "params.W"),
     # embedding: embeddings, noise distribution and transition matrix are continuous
     # (co-occurrence counts and token ids are discrete data: see test_integer_data_is_cast_exactly)
@@ -3264,7 +3295,7 @@ INT_INPUTS = [
     (emb.grad_negative_sampling_loss, emb_ns, "params.U"),
     (emb.sampled_negative_sampling_loss, emb_sampled, "params.U"),
     (emb.sample_chain, emb_chain, "transition"),
-    (emb.cosine_similarity, emb_cos, "a"),
+    (emb.cosine, emb_cos, "a"),
     (emb.analogy, emb_analogy, "emb"),
     (emb.fit, emb_fit, "params.U"),
     # slds
@@ -3288,15 +3319,15 @@ INT_INPUTS = [
     (slds.smoothness_bound, slds_params_only, "params.A"),
     (slds.impute, slds_impute, "x"),
     # slot attention
-    (slot_attention.similarity, slot_args, "x"),
+    (slot_attention.sim, slot_args, "x"),
     (slot_attention.attention, slot_args, "mu"),
     (slot_attention.energy, slot_args, "params.w_k"),
-    (slot_attention.free_energy, slot_args, "mu"),
+    (slot_attention.regularised_energy, slot_args, "mu"),
     (slot_attention.grad_x, slot_args, "x"),
     (slot_attention.grad_mu, slot_args, "mu"),
     (slot_attention.grad_w_k, slot_args, "params.w_k"),
     (slot_attention.grad_w_q, slot_args, "params.w_q"),
-    (slot_attention.grad_free_energy_mu, slot_args, "x"),
+    (slot_attention.grad_mu_regularised, slot_args, "x"),
     (slot_attention.gradient_step, lambda: dict(slot_args(), step=0.1), "mu"),
     (slot_attention.cccp_step, slot_args, "mu"),
     (slot_attention.e_step, slot_e_step, "mu"),
@@ -3335,6 +3366,7 @@ INT_INPUTS = [
         ),
         "x0",
     ),
+    (diffusion.sim, diffusion_args, "data"),
     (diffusion.energy, diffusion_args, "x"),
     (diffusion.ideal_log_density, diffusion_args, "data"),
     (diffusion.ideal_score, diffusion_args, "x"),
@@ -3348,7 +3380,7 @@ INT_INPUTS = [
         "data",
     ),
     (dmlp.epsilon, diffusion_mlp, "x"),
-    (dmlp.fit, diffusion_fit, "data"),
+    (dmlp.fit, diffusion_fit, "x"),
     (dmlp.nearest_training_point, lambda: dict(samples=_normal((3, 2)), data=_normal((5, 2), 1)), "samples"),
     (dmlp.nearest_neighbour_spacing, lambda: dict(data=_normal((5, 2))), "data"),
     # sharding
@@ -3370,7 +3402,7 @@ INT_INPUTS = [
     (gan.sample_mixture, lambda: dict(centers=_normal((3, 2)), std=0.5, n_samples=4, key=KEY), "centers"),
     (gan.mixture_log_density, gan_mixture, "x"),
     (gan.mode_coverage, gan_coverage, "samples"),
-    (gan.fit, gan_fit, "data"),
+    (gan.fit, gan_fit, "x"),
     # vae
     (vae.encode, vae_x, "x"),
     (vae.decode, vae_z, "z"),
@@ -3392,9 +3424,9 @@ INT_INPUTS = [
 ]
 
 CASES += [
-    C(vae.prior_sim, "dtype", vae_prior, _vae_prior_field("means", _ints), r"prior.means " + _DTYPE, "int_prior_means"),
+    C(vae.sim, "dtype", vae_prior, _vae_prior_field("means", _ints), r"prior.means " + _DTYPE, "int_prior_means"),
     C(
-        vae.prior_energy,
+        vae.energy,
         "dtype",
         vae_prior,
         _vae_prior_field("logits", _ints),
@@ -3402,7 +3434,7 @@ CASES += [
         "int_prior_logits",
     ),
     C(
-        vae.grad_prior_energy,
+        vae.grad_energy,
         "dtype",
         vae_prior,
         _vae_prior_field("log_scales", _ints),
@@ -3455,25 +3487,25 @@ CASES += [
         adversarial.example_losses,
         "dtype",
         adv_args,
-        lambda a: dict(t=jnp.asarray(a["t"], jnp.float64)),
-        r"t must be integer labels",
-        "float_t",
+        lambda a: dict(y=jnp.asarray(a["y"], jnp.float64)),
+        r"y must be integer labels",
+        "float_y",
     ),
     C(
         adversarial.example_losses,
         "domain",
         adv_args,
-        lambda a: dict(t=a["t"] + 3),
-        r"t must hold class indices in 0..2",
-        "t_out_of_range",
+        lambda a: dict(y=a["y"] + 3),
+        r"y must hold class indices in 0..2",
+        "y_out_of_range",
     ),
     C(
         adversarial.example_losses,
         "shape",
         adv_args,
-        lambda a: dict(t=a["t"][:3]),
-        r"t must have shape \(5,\)",
-        "t_length",
+        lambda a: dict(y=a["y"][:3]),
+        r"y must have shape \(5,\)",
+        "y_length",
     ),
     C(
         adversarial.example_losses,
@@ -3485,7 +3517,7 @@ CASES += [
     ),
     C(adversarial.loss, "dtype", adv_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
     C(
-        adversarial.input_gradient,
+        adversarial.grad_x,
         "dtype",
         adv_args,
         lambda a: dict(x=_ints(a["x"])),
@@ -3529,9 +3561,9 @@ CASES += [
         adversarial.binary_trades_loss,
         "domain",
         adv_binary,
-        lambda a: dict(t=jnp.asarray([1, 0, 1, -1, 1])),
-        r"t must hold -1/1 for a binary model",
-        "t_zero",
+        lambda a: dict(y=jnp.asarray([1, 0, 1, -1, 1])),
+        r"y must hold -1/1 for a binary model",
+        "y_zero",
     ),
     C(
         adversarial.binary_trades_loss,
@@ -3545,9 +3577,9 @@ CASES += [
         adversarial.binary_trades_loss,
         "positive",
         adv_binary,
-        lambda a: dict(beta=-1.0),
-        r"beta must be a finite scalar >= 0",
-        "negative_beta",
+        lambda a: dict(trades_weight=-1.0),
+        r"trades_weight must be a finite scalar >= 0",
+        "negative_trades_weight",
     ),
     C(
         adversarial.grad_binary_trades_params,
@@ -3625,9 +3657,9 @@ CASES += [
         adversarial.gradient_attack,
         "positive",
         adv_step,
-        lambda a: dict(k=0.0),
-        r"k must be a finite scalar > 0",
-        "zero_k",
+        lambda a: dict(step_size=0.0),
+        r"step_size must be a finite scalar > 0",
+        "zero_step_size",
     ),
     C(
         adversarial.gradient_attack,
@@ -3719,9 +3751,9 @@ CASES += [
         adversarial.fit,
         "positive",
         adv_fit,
-        lambda a: dict(beta=-1.0),
-        r"beta must be a finite scalar >= 0",
-        "negative_beta",
+        lambda a: dict(trades_weight=-1.0),
+        r"trades_weight must be a finite scalar >= 0",
+        "negative_trades_weight",
     ),
     C(
         adversarial.fit,
@@ -3778,7 +3810,7 @@ def slds_fit_degenerate():
 def diffusion_fit_diverge():
     return dict(
         params=diffusion_mlp()["params"],
-        data=_normal((8, 2)),
+        x=_normal((8, 2)),
         schedule=diffusion.linear_schedule(20),
         optimizer=optax.sgd(1e-3),
         key=KEY,
@@ -3843,8 +3875,8 @@ CASES += [
         rbm.fit,
         "diverge",
         rbm_fit,
-        lambda a: dict(learning_rate=1e308, n_epochs=3, batch_size=1),
-        "rbm.fit: " + DIVERGE + ".*lower learning_rate",
+        lambda a: dict(optimizer=optax.sgd(1e308), n_epochs=3, batch_size=1),
+        "rbm.fit: " + DIVERGE + ".*lower the optimizer's learning rate",
         "huge_rate",
     ),
     C(
@@ -3967,7 +3999,7 @@ REQUIRED = {
     "hopfield": {"shape", "finite", "K", "beta", "dtype"},
     "attention": {"shape", "finite", "K", "beta", "mask", "dtype"},
     "slot_attention": {"shape", "finite", "K", "positive", "dtype"},
-    "rbm": {"shape", "finite", "K", "positive", "dtype"},
+    "rbm": {"shape", "finite", "K", "type", "dtype"},
     "diffusion": {"shape", "finite", "K", "positive", "dtype"},
     "diffusion_mlp": {"shape", "finite", "K", "dtype", "type", "diverge"},
     "mixture_pc": {"shape", "finite", "K", "positive", "dtype"},
@@ -4105,15 +4137,15 @@ CASES += [
     C(
         ae_mod.init_params,
         "K",
-        lambda: dict(d=4, k=2, key=KEY),
-        lambda a: dict(k=0),
-        r"k must be an integer >= 1",
+        lambda: dict(d=4, n_hidden=2, key=KEY),
+        lambda a: dict(n_hidden=0),
+        r"n_hidden must be an integer >= 1",
         "zero_k",
     ),
     C(
         ae_mod.init_params,
         "positive",
-        lambda: dict(d=4, k=2, key=KEY),
+        lambda: dict(d=4, n_hidden=2, key=KEY),
         lambda a: dict(scale=0.0),
         r"scale must be a finite scalar > 0",
         "zero_scale",
@@ -4311,11 +4343,11 @@ def test_every_continuous_input_has_an_integer_dtype_case():
 @pytest.mark.parametrize(
     "fn, make, arg",
     [
-        (rbm.free_energy, rbm_args, "v"),
+        (rbm.energy, rbm_args, "v"),
         (emb.softmax_loss, emb_args, "counts"),
         (population.energy, pop_bayes, "counts"),
     ],
-    ids=["rbm.free_energy-v", "embedding.softmax_loss-counts", "population.energy-counts"],
+    ids=["rbm.energy-v", "embedding.softmax_loss-counts", "population.energy-counts"],
 )
 def test_integer_data_is_cast_exactly(fn, make, arg):
     """rbm accepts integer *data* (binary pixels) and casts it; the result equals the float call.

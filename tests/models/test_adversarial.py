@@ -53,11 +53,9 @@ def test_loss_is_cross_entropy(seed):
 def test_input_gradient_eq4_form(seed):
     """sum_j softmax_j grad z_j - grad z_t = jax.grad and finite differences, and a NumPy Jacobian."""
     p, (x, t) = random_params(seed), random_data(seed)
-    assert_gradient(
-        lambda y: jnp.sum(adv.example_losses(p, y, t)), lambda y: adv.input_gradient(p, y, t), x, n_coords=None
-    )
+    assert_gradient(lambda y: jnp.sum(adv.example_losses(p, y, t)), lambda y: adv.grad_x(p, y, t), x, n_coords=None)
     W1, b1, W2, _ = (np.asarray(a) for a in p)
-    g = adv.input_gradient(p, x, t)
+    g = adv.grad_x(p, x, t)
     for n in range(N):
         h = np.tanh(np.asarray(x[n]) @ W1 + b1)
         jac = (W1 * (1 - h**2)) @ W2  # (D, K): column j is grad_x z_j
@@ -138,7 +136,7 @@ def test_fgsm_direction_and_ball(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_gradient_attacks(seed):
     p, (x, t) = random_params(seed), random_data(seed)
-    g = adv.input_gradient(p, x, t)
+    g = adv.grad_x(p, x, t)
     np.testing.assert_allclose(adv.gradient_attack(p, x, t, 0.01), x + 0.01 * g, rtol=1e-13)
     np.testing.assert_allclose(adv.gradient_attack(p, x, t, 0.01, targeted=True), x - 0.01 * g, rtol=1e-13)
     xa = adv.gradient_attack(p, x, t, 10.0, epsilon=0.05, box=BOX)
@@ -179,7 +177,7 @@ def test_minimal_perturbation_bracket(seed):
     """The returned radius misclassifies, and a slightly smaller one on the ray does not (bisection bracket)."""
     p, (x, t) = random_params(seed, scale=3.0), random_data(seed)
     m = adv.minimal_perturbation(p, x, t, eps_max=1.0, n_bisect=40)
-    g = np.sign(np.asarray(adv.input_gradient(p, x, t)))
+    g = np.sign(np.asarray(adv.grad_x(p, x, t)))
     for n in range(N):
         eps = float(m.epsilon[n])
         wrong = int(np.argmax(numpy_logits(p, np.asarray(x[n]) + eps * g[n]))) != int(t[n])
@@ -202,7 +200,9 @@ def test_fit_standard_and_trades():
     p0 = adv.init_params(64, 16, 10, key=jax.random.key(0))
     opt = optax.adam(1e-2)
     std = adv.fit(p0, x, t, key=jax.random.key(1), optimizer=opt, n_epochs=10, batch_size=50)
-    assert std.energies.shape == (10, 8) and std.n_iter == 10 and std.converged is None
+    assert std.energies.shape == (10,) and std.n_iter == 10 and std.converged is None
+    assert std.extras.batch_losses.shape == (10, 8)
+    np.testing.assert_allclose(std.energies, np.mean(np.asarray(std.extras.batch_losses), axis=1), rtol=1e-12)
     assert float(adv.accuracy(std.params, x, t)) > 0.9
     assert float(jnp.mean(std.energies[-1])) < float(jnp.mean(std.energies[0]))
     tr = adv.fit(
@@ -213,9 +213,9 @@ def test_fit_standard_and_trades():
         optimizer=opt,
         n_epochs=10,
         batch_size=50,
-        beta=3.0,
+        trades_weight=3.0,
         epsilon=0.1,
-        inner_steps=3,
+        n_inner_steps=3,
         box=BOX,
     )
     assert float(adv.accuracy(tr.params, x, t)) > 0.8
@@ -227,9 +227,9 @@ def test_fit_standard_and_trades():
         optimizer=opt,
         n_epochs=10,
         batch_size=50,
-        beta=3.0,
+        trades_weight=3.0,
         epsilon=0.1,
-        inner_steps=3,
+        n_inner_steps=3,
         box=BOX,
     )
     np.testing.assert_array_equal(ravel_pytree(again.params)[0], ravel_pytree(tr.params)[0])
@@ -247,9 +247,9 @@ def test_fit_binary():
         optimizer=optax.adam(1e-2),
         n_epochs=20,
         batch_size=50,
-        beta=1.0,
+        trades_weight=1.0,
         epsilon=0.05,
-        inner_steps=3,
+        n_inner_steps=3,
         box=BOX,
     )
     assert r.energies.dtype == jnp.float64
@@ -306,7 +306,7 @@ def test_fit_augment_is_standard_training_at_zero_radius(k):
     np.testing.assert_allclose(ravel_pytree(tiny.params)[0], ravel_pytree(std.params)[0], rtol=1e-9, atol=1e-12)
     np.testing.assert_allclose(tiny.energies, std.energies, rtol=1e-9)
     real = adv.fit(p, x, t, epsilon=0.2, defence="augment", **kw)
-    assert float(real.energies[0, 0]) > float(std.energies[0, 0]) + 1e-3
+    assert float(real.extras.batch_losses[0, 0]) > float(std.extras.batch_losses[0, 0]) + 1e-3
     assert not np.allclose(ravel_pytree(real.params)[0], ravel_pytree(std.params)[0])
 
 
@@ -323,7 +323,7 @@ def test_fit_augment_binary_learns():
         n_epochs=20,
         batch_size=50,
         epsilon=0.05,
-        inner_steps=3,
+        n_inner_steps=3,
         box=BOX,
         defence="augment",
     )

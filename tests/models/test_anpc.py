@@ -102,7 +102,7 @@ def test_grad_x_matches_autodiff_and_fd(seed, activation):
     )
     assert_gradient(
         lambda v: anpc.standard_energy(p, v, k, activation=activation),
-        lambda v: anpc.standard_grad_x(p, v, k, activation=activation),
+        lambda v: anpc.grad_x_standard(p, v, k, activation=activation),
         x,
         n_coords=None,
     )
@@ -172,7 +172,7 @@ def test_one_input_per_neuron_is_standard_pc(seed, activation):
     np.testing.assert_allclose(float(Fa), float(Fs), rtol=1e-14)
     np.testing.assert_allclose(
         anpc.grad_x(p, x, k, activation=activation),
-        anpc.standard_grad_x(p, x, k, activation=activation),
+        anpc.grad_x_standard(p, x, k, activation=activation),
         rtol=1e-14,
         atol=0,
     )
@@ -251,7 +251,7 @@ def test_gradient_is_standard_pc_with_effective_precisions(seed):
     p, x, k = _problem(seed)
     for activation in ACTIVATIONS:
         eff = anpc.effective_precisions(p, x[0], k, activation=activation)
-        g_std = anpc.standard_grad_x(p, x[0], eff, activation=activation)
+        g_std = anpc.grad_x_standard(p, x[0], eff, activation=activation)
         g_att = anpc.grad_x(p, x[0], k, activation=activation)
         assert relative_error(g_std, g_att) < 1e-13
 
@@ -393,7 +393,7 @@ def test_names_exported():
         "energy",
         "standard_energy",
         "grad_x",
-        "standard_grad_x",
+        "grad_x_standard",
         "grad_params",
         "attention",
         "effective_precisions",

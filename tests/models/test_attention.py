@@ -43,8 +43,8 @@ def test_cross_grad_queries_and_keys(seed, opt):
     params, xq, xk, mask = _cross_setup(seed)
     o = _opts(opt, mask)
     q, k = xq @ params.wq.T, xk @ params.wk.T
-    assert_gradient(lambda q_: A.cross_energy(q_, k, **o), lambda q_: A.cross_grad_queries(q_, k, **o), q)
-    assert_gradient(lambda k_: A.cross_energy(q, k_, **o), lambda k_: A.cross_grad_keys(q, k_, **o), k)
+    assert_gradient(lambda q_: A.energy(q_, k, **o), lambda q_: A.grad_q(q_, k, **o), q)
+    assert_gradient(lambda k_: A.energy(q, k_, **o), lambda k_: A.grad_k(q, k_, **o), k)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -52,15 +52,9 @@ def test_cross_grad_queries_and_keys(seed, opt):
 def test_cross_grad_tokens_and_params(seed, opt):
     params, xq, xk, mask = _cross_setup(seed)
     o = _opts(opt, mask)
-    assert_gradient(
-        lambda x: A.cross_energy_tokens(params, x, xk, **o), lambda x: A.cross_grad_tokens(params, x, xk, **o)[0], xq
-    )
-    assert_gradient(
-        lambda x: A.cross_energy_tokens(params, xq, x, **o), lambda x: A.cross_grad_tokens(params, xq, x, **o)[1], xk
-    )
-    assert_gradient(
-        lambda p: A.cross_energy_tokens(p, xq, xk, **o), lambda p: A.cross_grad_params(p, xq, xk, **o), params
-    )
+    assert_gradient(lambda x: A.token_energy(params, x, xk, **o), lambda x: A.grad_tokens(params, x, xk, **o)[0], xq)
+    assert_gradient(lambda x: A.token_energy(params, xq, x, **o), lambda x: A.grad_tokens(params, xq, x, **o)[1], xk)
+    assert_gradient(lambda p: A.token_energy(p, xq, xk, **o), lambda p: A.grad_params(p, xq, xk, **o), params)
 
 
 def test_cross_eq7_is_weighted_mean_of_keys():
@@ -70,18 +64,18 @@ def test_cross_eq7_is_weighted_mean_of_keys():
     s = q @ k.T
     w = np.exp(s - s.max(1, keepdims=True))
     w /= w.sum(1, keepdims=True)
-    np.testing.assert_allclose(-A.cross_grad_queries(q, k), w @ k, rtol=1e-13, atol=1e-14)
-    np.testing.assert_allclose(-A.cross_grad_keys(q, k), w.T @ q, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(-A.grad_q(q, k), w @ k, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(-A.grad_k(q, k), w.T @ q, rtol=1e-13, atol=1e-14)
 
 
 def test_cross_batched_equals_loop():
     ks = jax.random.split(jax.random.key(4), 2)
     q, k = normal(ks[0], (3, 4, 2)), normal(ks[1], (3, 5, 2))
-    total = sum(A.cross_energy(q[b], k[b]) for b in range(3))
-    np.testing.assert_allclose(A.cross_energy(q, k), total, rtol=1e-13)
-    g = A.cross_grad_queries(q, k)
+    total = sum(A.energy(q[b], k[b]) for b in range(3))
+    np.testing.assert_allclose(A.energy(q, k), total, rtol=1e-13)
+    g = A.grad_q(q, k)
     for b in range(3):
-        np.testing.assert_allclose(g[b], A.cross_grad_queries(q[b], k[b]), rtol=1e-13)
+        np.testing.assert_allclose(g[b], A.grad_q(q[b], k[b]), rtol=1e-13)
 
 
 # ---------------------------------------------------------------------------
@@ -103,7 +97,7 @@ def test_self_grad(seed, opt):
     o = dict(opt)
     if o.get("mask") == "causal":
         o["mask"] = A.causal_mask(x.shape[0])
-    assert_gradient(lambda x_: A.self_energy(params, x_, **o), lambda x_: A.self_grad(params, x_, **o), x)
+    assert_gradient(lambda x_: A.self_energy(params, x_, **o), lambda x_: A.grad_self(params, x_, **o), x)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -114,8 +108,8 @@ def test_self_grad_terms_match_core_graph(seed):
     term = core.EnergyTerm(
         children=np.arange(n), parents=np.arange(n), sim=lambda vc, vp: (params.wq @ vc) @ (params.wk @ vp)
     )
-    ref = core.graph_gradient_terms([term], x)
-    mine = A.self_grad_terms(params, x)
+    ref = core.grad_graph_terms([term], x)
+    mine = A.grad_self_terms(params, x)
     np.testing.assert_allclose(mine.child, ref.child, rtol=1e-12, atol=1e-13)
     np.testing.assert_allclose(mine.parent, ref.parent, rtol=1e-12, atol=1e-13)
 
@@ -128,7 +122,7 @@ def test_self_grad_transpose_order(seed):
     w = core.weights((x @ wq.T) @ (x @ wk.T).T)
     printed = w @ (x @ (wq.T @ wk).T)  # rows: sum_p w_ip W^QT W^K x_p
     swapped = w @ (x @ (wk.T @ wq).T)
-    child = A.self_grad_terms(params, x).child
+    child = A.grad_self_terms(params, x).child
     assert relative_error(child, printed) < 1e-13
     assert relative_error(child, swapped) > 1e-2
 
@@ -136,7 +130,7 @@ def test_self_grad_transpose_order(seed):
 def test_self_energy_is_cross_energy_on_projections():
     params, x = _self_setup(0)
     np.testing.assert_allclose(
-        A.self_energy(params, x, beta=0.3), A.cross_energy(x @ params.wq.T, x @ params.wk.T, beta=0.3), rtol=1e-14
+        A.self_energy(params, x, beta=0.3), A.energy(x @ params.wq.T, x @ params.wk.T, beta=0.3), rtol=1e-14
     )
 
 
@@ -242,10 +236,10 @@ def test_relative_position_bias_is_edge_prior(seed):
     # The energy with the bias is the energy under the prior, up to sum_c ln Z_c of the bias.
     log_z = np.log(np.exp(np.asarray(bias)).sum(1)).sum()
     np.testing.assert_allclose(
-        A.cross_energy(q, k, beta=1 / np.sqrt(d), bias=bias), A.prior_energy(sim, prior) - log_z, rtol=1e-12
+        A.energy(q, k, beta=1 / np.sqrt(d), bias=bias), A.prior_energy(sim, prior) - log_z, rtol=1e-12
     )
     np.testing.assert_allclose(
-        A.cross_energy(q, k, beta=1 / np.sqrt(d), bias=jnp.log(prior)), A.prior_energy(sim, prior), rtol=1e-12
+        A.energy(q, k, beta=1 / np.sqrt(d), bias=jnp.log(prior)), A.prior_energy(sim, prior), rtol=1e-12
     )
 
 
@@ -377,3 +371,17 @@ def test_validation_errors():
         A.causal_mask(5, 3)
     with pytest.raises(ValueError, match="prior"):
         structural.cccp_step(q, k, jnp.eye(2), prior="gmm")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sim_is_the_scaled_dot_product_plus_the_log_prior(seed):
+    rng = np.random.default_rng(seed)
+    q, k, b = rng.normal(size=(2, 4, 3)), rng.normal(size=(2, 5, 3)), rng.normal(size=(2, 4, 5))
+    s = np.asarray(A.sim(jnp.asarray(q), jnp.asarray(k), beta=1.7, bias=jnp.asarray(b)))
+    np.testing.assert_allclose(s, 1.7 * np.einsum("bcd,bpd->bcp", q, k) + b, rtol=1e-13)
+    # and the energy is the log-sum-exp energy of these similarities (scipy's logsumexp)
+    from scipy.special import logsumexp
+
+    assert abs(
+        float(A.energy(jnp.asarray(q), jnp.asarray(k), beta=1.7, bias=jnp.asarray(b))) + logsumexp(s, axis=-1).sum()
+    ) < 1e-12 * abs(logsumexp(s, axis=-1).sum())

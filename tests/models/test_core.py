@@ -181,7 +181,7 @@ def random_graph(seed, A=9, d=3):
 def test_graph_gradient_equals_autodiff(seed):
     terms, nodes = random_graph(seed)
     assert_gradient(
-        lambda v: core.graph_energy(terms, v), lambda v: core.graph_gradient(terms, v), nodes, rtol=1e-10, fd_rtol=1e-6
+        lambda v: core.graph_energy(terms, v), lambda v: core.grad_graph(terms, v), nodes, rtol=1e-10, fd_rtol=1e-6
     )
 
 
@@ -196,7 +196,7 @@ def test_graph_energy_is_sum_of_terms(seed):
 def test_gradient_terms_match_eq4_written_out(seed):
     """Child and parent parts of eq. (4), written out node by node with jax.grad of sim."""
     terms, nodes = random_graph(seed)
-    parts = core.graph_gradient_terms(terms, nodes)
+    parts = core.grad_graph_terms(terms, nodes)
     child = np.zeros(nodes.shape)
     parent = np.zeros(nodes.shape)
     for t in terms:
@@ -216,7 +216,7 @@ def test_gradient_terms_match_eq4_written_out(seed):
 
 def test_pure_children_have_no_parent_term():
     terms, nodes = random_graph(0)
-    parts = core.graph_gradient_terms(terms[1:2], nodes)  # gauss: children 0..5, parents 3..8
+    parts = core.grad_graph_terms(terms[1:2], nodes)  # gauss: children 0..5, parents 3..8
     np.testing.assert_array_equal(np.asarray(parts.parent)[:3], 0.0)
     np.testing.assert_array_equal(np.asarray(parts.child)[6:], 0.0)
 

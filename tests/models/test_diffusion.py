@@ -310,3 +310,16 @@ def test_validation_errors():
         df.sigmas(sch, "ddim")
     with pytest.raises(ValueError, match="optimizer"):
         dmlp.fit(dmlp.init_params(3, key=jax.random.key(0)), data, sch, object(), key=jax.random.key(0), n_steps=2)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sim_is_the_gaussian_exponent_of_the_noised_data(seed):
+    rng = np.random.default_rng(seed)
+    data, x = rng.normal(size=(5, 2)), rng.normal(size=(3, 2))
+    sch = df.linear_schedule(20)
+    t = np.array([1, 7, 20])
+    abar = np.cumprod(1.0 - np.asarray(sch.betas))[t - 1]
+    want = -(((x[:, None, :] - np.sqrt(abar)[:, None, None] * data[None]) ** 2).sum(-1)) / (2 * (1 - abar))[:, None]
+    np.testing.assert_allclose(
+        np.asarray(df.sim(jnp.asarray(data), sch, jnp.asarray(x), jnp.asarray(t))), want, rtol=1e-12
+    )

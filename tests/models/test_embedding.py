@@ -169,7 +169,7 @@ def test_cosine_similarity_sklearn():
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(5, 3)), rng.normal(size=(4, 3))
     np.testing.assert_allclose(
-        np.asarray(emb.cosine_similarity(jnp.asarray(a), jnp.asarray(b))), sk_cosine(a, b), rtol=1e-12, atol=1e-14
+        np.asarray(emb.cosine(jnp.asarray(a), jnp.asarray(b))), sk_cosine(a, b), rtol=1e-12, atol=1e-14
     )
 
 
@@ -207,7 +207,7 @@ def test_fit_matches_optax_loop_and_descends(objective):
     counts = _ring_counts()
     p0 = emb.init_params(12, 3, key=jax.random.PRNGKey(1))
     opt = optax.adam(0.05)
-    res = emb.fit(p0, counts, optimizer=opt, n_steps=60, objective=objective, k=3)
+    res = emb.fit(p0, counts, optimizer=opt, n_steps=60, objective=objective, n_negatives=3)
     noise = emb.noise_distribution(counts)
     if objective == "softmax":
         loss, grad = (lambda p: emb.softmax_loss(p, counts)), (lambda p: emb.grad_softmax_loss(p, counts))

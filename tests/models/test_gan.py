@@ -208,7 +208,14 @@ def small_problem(dtype=jnp.float64):
 @pytest.mark.parametrize("kind", gan.GENERATOR_LOSSES)
 def test_fit_is_deterministic_and_vmappable(kind):
     p, data = small_problem()
-    kw = {"d_optimizer": ADAM, "g_optimizer": ADAM, "n_steps": 5, "batch_size": 8, "generator_loss": kind, "d_steps": 2}
+    kw = {
+        "d_optimizer": ADAM,
+        "g_optimizer": ADAM,
+        "n_steps": 5,
+        "batch_size": 8,
+        "generator_loss": kind,
+        "n_discriminator_steps": 2,
+    }
     r1 = gan.fit(p, data, key=jax.random.key(0), **kw)
     r2 = gan.fit(p, data, key=jax.random.key(0), **kw)
     np.testing.assert_array_equal(r1.energies, r2.energies)

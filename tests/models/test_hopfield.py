@@ -286,3 +286,11 @@ def test_classical_orthogonal_patterns_are_fixed_points():
     w = hopfield.classical_store(patterns)
     np.testing.assert_allclose(w @ patterns.T, (1 - 5 / 16) * patterns.T, atol=1e-14)
     np.testing.assert_array_equal(hopfield.classical_retrieve(w, patterns, n_steps=2), patterns)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sim_is_beta_times_the_overlaps(seed):
+    rng = np.random.default_rng(seed)
+    m, x = rng.normal(size=(6, 3)), rng.normal(size=(4, 3))
+    s = np.asarray(hopfield.sim(jnp.asarray(m), jnp.asarray(x), beta=2.5))
+    np.testing.assert_allclose(s, 2.5 * x @ m.T, rtol=1e-13)

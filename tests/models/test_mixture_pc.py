@@ -138,7 +138,7 @@ def test_inference_step_matches_manual_step():
 def test_fit_decreases_energy_and_inference_phases_monotone(seed):
     optax = pytest.importorskip("optax")
     params, x, mu = _problem(seed)
-    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-3), n_rounds=5, infer_steps=10, learn_steps=10)
+    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-3), n_steps=5, n_infer_steps=10, n_learn_steps=10)
     tr = fit.extras
     assert tr.infer_energy.shape == (5, 10) and tr.learn_energy.shape == (5, 10)
     assert fit.energies.shape == (6,) and fit.n_iter == 5 and fit.converged is None
@@ -156,7 +156,7 @@ def test_fit_decreases_energy_and_inference_phases_monotone(seed):
 def test_fit_learning_step_matches_manual_sgd():
     optax = pytest.importorskip("optax")
     params, x, mu = _problem(1)
-    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-2), n_rounds=1, infer_steps=1, learn_steps=1, step_size=1e-3)
+    fit = mpc.fit(params, x, mu, optimizer=optax.sgd(1e-2), n_steps=1, n_infer_steps=1, n_learn_steps=1, step_size=1e-3)
     mu1 = mu - 1e-3 * mpc.grad_mu(params, x, mu)
     g = mpc.grad_params(params, x, mu1)
     expected = jax.tree.map(lambda p, gp: p - 1e-2 * gp, params, g)
@@ -198,7 +198,7 @@ def test_validation_errors():
     with pytest.raises(ValueError, match=r"x must have shape \(n, d"):
         mpc.grad_x(params, x[0], mu)
     with pytest.raises(ValueError, match="optimizer"):
-        mpc.fit(params, x, mu, optimizer=None, n_rounds=1, infer_steps=1, learn_steps=1)
+        mpc.fit(params, x, mu, optimizer=None, n_steps=1, n_infer_steps=1, n_learn_steps=1)
     with pytest.raises(ValueError, match="hidden_dim"):
         mpc.init_params(1, 0, 2, key=jax.random.key(0))
     with pytest.raises(ValueError, match="output_scale"):
@@ -214,7 +214,7 @@ def test_validation_errors():
 def test_fit_progress_bar_reaches_total_and_leaves_results_unchanged():
     optax = pytest.importorskip("optax")
     params, x, mu = _problem(1)
-    kw = dict(optimizer=optax.sgd(1e-3), n_rounds=6, infer_steps=3, learn_steps=2)
+    kw = dict(optimizer=optax.sgd(1e-3), n_steps=6, n_infer_steps=3, n_learn_steps=2)
     a = mpc.fit(params, x, mu, **kw)
     b = mpc.fit(params, x, mu, progress=True, **kw)
     assert _progress.last == (6, 6) and _progress._bar is None

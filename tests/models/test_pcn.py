@@ -206,7 +206,7 @@ def test_one_sgd_step_is_the_hebbian_rule():
         optimizer=optax.sgd(lr),
         n_epochs=1,
         batch_size=x.shape[0],
-        infer_steps=steps,
+        n_infer_steps=steps,
         step_size=eta,
     )
     # Same thing by hand (a full batch is a permutation of the data; sums do not care up to round-off).
@@ -224,21 +224,24 @@ def test_one_sgd_step_is_the_hebbian_rule():
     )
     # The recorded energy is F at the relaxed state under the weights *before* the step
     # (the equilibrium energy), per example.
-    np.testing.assert_allclose(float(out.energies[0, 0]), float(pcn.energy(p, xs, prec)) / x.shape[0], rtol=1e-10)
-    assert abs(float(out.energies[0, 0]) - float(pcn.energy(out.params, xs, prec)) / x.shape[0]) > 1e-8
+    np.testing.assert_allclose(
+        float(out.extras.batch_energies[0, 0]), float(pcn.energy(p, xs, prec)) / x.shape[0], rtol=1e-10
+    )
+    assert abs(float(out.extras.batch_energies[0, 0]) - float(pcn.energy(out.params, xs, prec)) / x.shape[0]) > 1e-8
 
 
 def test_training_reduces_loss_and_same_key_same_result():
     p, _, prec = _problem(1)
     x, y = _toy_data(1)
-    kw = dict(optimizer=optax.adam(1e-2), n_epochs=40, batch_size=8, infer_steps=10)
+    kw = dict(optimizer=optax.adam(1e-2), n_epochs=40, batch_size=8, n_infer_steps=10)
     a = pcn.fit(p, x, y, prec, key=jax.random.key(3), **kw)
     b = pcn.fit(p, x, y, prec, key=jax.random.key(3), **kw)
     c = pcn.fit(p, x, y, prec, key=jax.random.key(4), **kw)
     for u, v in zip(jax.tree.leaves(a.params), jax.tree.leaves(b.params)):
         assert np.array_equal(np.asarray(u), np.asarray(v))
     assert not np.array_equal(np.asarray(a.params.weights[0]), np.asarray(c.params.weights[0]))
-    assert a.extras.loss.shape == (40, 3) and a.energies.shape == (40, 3) and a.n_iter == 40
+    assert a.extras.loss.shape == (40, 3) and a.extras.batch_energies.shape == (40, 3) and a.energies.shape == (40,)
+    assert a.n_iter == 40
     assert float(a.extras.loss[-1].mean()) < 0.5 * float(a.extras.loss[0].mean())
 
 
@@ -276,14 +279,22 @@ def test_validation_errors():
         pcn.infer(p, xs, prec, clamp=CLAMPS["train"], n_steps=3, step_size=0.0)
     with pytest.raises(ValueError, match="same number of rows"):
         pcn.fit(
-            p, x, y[:-1], prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1, batch_size=4, infer_steps=2
+            p,
+            x,
+            y[:-1],
+            prec,
+            key=jax.random.key(0),
+            optimizer=optax.sgd(0.1),
+            n_epochs=1,
+            batch_size=4,
+            n_infer_steps=2,
         )
     with pytest.raises(ValueError, match="batch_size"):
         pcn.fit(
-            p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1, batch_size=100, infer_steps=2
+            p, x, y, prec, key=jax.random.key(0), optimizer=optax.sgd(0.1), n_epochs=1, batch_size=100, n_infer_steps=2
         )
     with pytest.raises(ValueError, match="optimizer"):
-        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=None, n_epochs=1, batch_size=4, infer_steps=2)
+        pcn.fit(p, x, y, prec, key=jax.random.key(0), optimizer=None, n_epochs=1, batch_size=4, n_infer_steps=2)
     with pytest.raises(ValueError, match="y must have 2 columns"):
         pcn.generate(p, jnp.eye(3), prec, n_steps=3)
     with pytest.raises(ValueError, match="x must have 4 columns"):

@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import pytest
 from jax.flatten_util import ravel_pytree
 from sklearn.neural_network import BernoulliRBM
@@ -10,6 +11,8 @@ from sklearn.neural_network import BernoulliRBM
 from lse_energy import core, rbm
 from lse_energy.testing import assert_gradient
 from tests.support import SEEDS
+
+SGD = optax.sgd(0.05)
 
 M, N = 10, 8  # tiny RBM: 2**10 visible states, 2**18 joint states
 
@@ -46,11 +49,11 @@ def test_energy_matches_sum_formula(seed):
             for s in range(5)
         ]
     )
-    out = rbm.energy(p, v, h)
+    out = rbm.joint_energy(p, v, h)
     assert out.shape == (5,)
     np.testing.assert_allclose(out, expected, rtol=1e-12)
-    assert rbm.energy(p, v[0], h[0]).shape == ()
-    np.testing.assert_allclose(rbm.energy(p, v[0], h[0]), expected[0], rtol=1e-12)
+    assert rbm.joint_energy(p, v[0], h[0]).shape == ()
+    np.testing.assert_allclose(rbm.joint_energy(p, v[0], h[0]), expected[0], rtol=1e-12)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -60,14 +63,14 @@ def test_free_energy_is_lse_over_hidden_states(seed):
     p = random_params(seed)
     v = random_binary(seed, (6, M))
     H = rbm.binary_states(N)
-    brute = np.array([-jax.nn.logsumexp(-rbm.energy(p, jnp.broadcast_to(vs, (H.shape[0], M)), H)) for vs in v])
-    f = rbm.free_energy(p, v)
+    brute = np.array([-jax.nn.logsumexp(-rbm.joint_energy(p, jnp.broadcast_to(vs, (H.shape[0], M)), H)) for vs in v])
+    f = rbm.energy(p, v)
     assert f.shape == (6,)
     np.testing.assert_allclose(f, brute, rtol=1e-12)
     s = v[0] @ p.W + p.c
     via_core = -(v[0] @ p.b) + core.energy(jnp.stack([jnp.zeros_like(s), s], -1))
-    np.testing.assert_allclose(rbm.free_energy(p, v[0]), via_core, rtol=1e-13)
-    np.testing.assert_allclose(rbm.free_energy(p, v[0]), -(v[0] @ p.b) - jnp.sum(jax.nn.softplus(s)), rtol=1e-13)
+    np.testing.assert_allclose(rbm.energy(p, v[0]), via_core, rtol=1e-13)
+    np.testing.assert_allclose(rbm.energy(p, v[0]), -(v[0] @ p.b) - jnp.sum(jax.nn.softplus(s)), rtol=1e-13)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -80,7 +83,7 @@ def test_free_energy_matches_sklearn(seed):
     sk.components_ = np.asarray(p.W).T.copy()
     sk.intercept_hidden_ = np.asarray(p.c).copy()
     sk.intercept_visible_ = np.asarray(p.b).copy()
-    np.testing.assert_allclose(rbm.free_energy(p, v), sk._free_energy(v), rtol=1e-10, atol=0)
+    np.testing.assert_allclose(rbm.energy(p, v), sk._free_energy(v), rtol=1e-10, atol=0)
     # sklearn's transform is P(h = 1 | v)
     np.testing.assert_allclose(rbm.hidden_probs(p, v), sk.transform(v), rtol=1e-10, atol=0)
 
@@ -109,8 +112,8 @@ def test_free_energy_hidden_is_other_marginal(seed):
     p = random_params(seed)
     h = random_binary(seed, (4, N))
     V = rbm.binary_states(M)
-    brute = np.array([-jax.nn.logsumexp(-rbm.energy(p, V, jnp.broadcast_to(hs, (V.shape[0], N)))) for hs in h])
-    np.testing.assert_allclose(rbm.free_energy_hidden(p, h), brute, rtol=1e-12)
+    brute = np.array([-jax.nn.logsumexp(-rbm.joint_energy(p, V, jnp.broadcast_to(hs, (V.shape[0], N)))) for hs in h])
+    np.testing.assert_allclose(rbm.energy_hidden(p, h), brute, rtol=1e-12)
 
 
 # --- analytic gradients -------------------------------------------------------
@@ -121,9 +124,9 @@ def test_free_energy_grad_v(seed):
     """dF/dv = -b - W sigma(c + W^T v) on the continuous relaxation v in R^m."""
     p = random_params(seed)
     v = jax.random.uniform(jax.random.key(seed + 50), (M,))
-    assert_gradient(lambda x: rbm.free_energy(p, x), lambda x: rbm.free_energy_grad_v(p, x), v)
+    assert_gradient(lambda x: rbm.energy(p, x), lambda x: rbm.grad_v(p, x), v)
     batch = jax.random.uniform(jax.random.key(seed + 51), (4, M))
-    assert_gradient(lambda x: jnp.sum(rbm.free_energy(p, x)), lambda x: rbm.free_energy_grad_v(p, x), batch)
+    assert_gradient(lambda x: jnp.sum(rbm.energy(p, x)), lambda x: rbm.grad_v(p, x), batch)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -131,9 +134,7 @@ def test_free_energy_grad_params(seed):
     """Positive-phase statistics: gradient of the mean free energy w.r.t. (W, b, c)."""
     p = random_params(seed)
     v = random_binary(seed, (7, M))
-    assert_gradient(
-        lambda q: jnp.mean(rbm.free_energy(q, v)), lambda q: rbm.free_energy_grad_params(q, v), p, n_coords=None
-    )
+    assert_gradient(lambda q: jnp.mean(rbm.energy(q, v)), lambda q: rbm.grad_params(q, v), p, n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -142,7 +143,7 @@ def test_log_likelihood_grad(seed):
     p = random_params(seed)
     v = random_binary(seed, (9, M))
     assert_gradient(
-        lambda q: jnp.mean(rbm.log_likelihood(q, v)), lambda q: rbm.log_likelihood_grad(q, v), p, n_coords=None
+        lambda q: jnp.mean(rbm.log_likelihood(q, v)), lambda q: rbm.grad_log_likelihood(q, v), p, n_coords=None
     )
 
 
@@ -152,12 +153,12 @@ def test_energy_gap_is_flip_difference_and_derivative(seed):
     v, h = random_binary(seed, (M,)), random_binary(seed + 3, (N,))
     gap = rbm.energy_gap(p, v, h)
     for i in range(M):
-        diff = rbm.energy(p, v.at[i].set(1.0), h) - rbm.energy(p, v.at[i].set(0.0), h)
+        diff = rbm.joint_energy(p, v.at[i].set(1.0), h) - rbm.joint_energy(p, v.at[i].set(0.0), h)
         np.testing.assert_allclose(gap.visible[i], diff, rtol=1e-12, atol=1e-14)
     for j in range(N):
-        diff = rbm.energy(p, v, h.at[j].set(1.0)) - rbm.energy(p, v, h.at[j].set(0.0))
+        diff = rbm.joint_energy(p, v, h.at[j].set(1.0)) - rbm.joint_energy(p, v, h.at[j].set(0.0))
         np.testing.assert_allclose(gap.hidden[j], diff, rtol=1e-12, atol=1e-14)
-    gv, gh = jax.grad(rbm.energy, argnums=(1, 2))(p, v, h)
+    gv, gh = jax.grad(rbm.joint_energy, argnums=(1, 2))(p, v, h)
     np.testing.assert_allclose(gap.visible, gv, rtol=1e-12, atol=1e-14)
     np.testing.assert_allclose(gap.hidden, gh, rtol=1e-12, atol=1e-14)
 
@@ -171,7 +172,7 @@ def test_conditionals_match_enumeration(seed):
     p = random_params(seed)
     H = rbm.binary_states(N)
     for v in random_binary(seed, (3, M)):
-        post = jax.nn.softmax(-rbm.energy(p, jnp.broadcast_to(v, H.shape[:1] + (M,)), H))
+        post = jax.nn.softmax(-rbm.joint_energy(p, jnp.broadcast_to(v, H.shape[:1] + (M,)), H))
         ph = rbm.hidden_probs(p, v)
         np.testing.assert_allclose(post @ H, ph, rtol=1e-12)
         product = jnp.prod(H * ph + (1 - H) * (1 - ph), axis=1)
@@ -180,7 +181,7 @@ def test_conditionals_match_enumeration(seed):
         np.testing.assert_allclose(ph, jax.nn.sigmoid(-gap), rtol=1e-13)
     V = rbm.binary_states(M)
     for h in random_binary(seed, (3, N)):
-        post = jax.nn.softmax(-rbm.energy(p, V, jnp.broadcast_to(h, V.shape[:1] + (N,))))
+        post = jax.nn.softmax(-rbm.joint_energy(p, V, jnp.broadcast_to(h, V.shape[:1] + (N,))))
         np.testing.assert_allclose(post @ V, rbm.visible_probs(p, h), rtol=1e-12)
 
 
@@ -194,7 +195,7 @@ def test_log_partition_brute_force(seed):
     V, H = rbm.binary_states(M), rbm.binary_states(N)
     joint = -(jnp.einsum("ai,ij,bj->ab", V, p.W, H) + (V @ p.b)[:, None] + (H @ p.c)[None, :])
     assert joint.size == 2**18
-    np.testing.assert_allclose(joint[5, 7], rbm.energy(p, V[5], H[7]), rtol=1e-13)
+    np.testing.assert_allclose(joint[5, 7], rbm.joint_energy(p, V[5], H[7]), rtol=1e-13)
     log_z = jax.nn.logsumexp(-joint)
     np.testing.assert_allclose(rbm.log_partition(p, over="visible"), log_z, rtol=1e-12)
     np.testing.assert_allclose(rbm.log_partition(p, over="hidden"), log_z, rtol=1e-12)
@@ -207,9 +208,7 @@ def test_log_partition_chunked_large_layer():
     """A 13-unit layer takes two 4096-state chunks; must equal the unchunked sum."""
     p = random_params(4, m=13, n=3, scale=0.3)
     V = rbm.binary_states(13)
-    np.testing.assert_allclose(
-        rbm.log_partition(p, over="visible"), jax.nn.logsumexp(-rbm.free_energy(p, V)), rtol=1e-12
-    )
+    np.testing.assert_allclose(rbm.log_partition(p, over="visible"), jax.nn.logsumexp(-rbm.energy(p, V)), rtol=1e-12)
     np.testing.assert_allclose(rbm.log_partition(p, over="visible"), rbm.log_partition(p, over="hidden"), rtol=1e-12)
 
 
@@ -260,10 +259,10 @@ def test_expected_cd_gradient_limits():
     """k = 0: positive and negative phases cancel exactly; k -> infinity: the exact gradient."""
     p = random_params(2, scale=0.5)
     v = random_binary(2, (12, M))
-    zero = flat(rbm.expected_cd_gradient(p, v, 0))
+    zero = flat(rbm.grad_cd_expected(p, v, 0))
     assert np.max(np.abs(zero)) < 1e-15
-    exact = flat(rbm.log_likelihood_grad(p, v))
-    far = flat(rbm.expected_cd_gradient(p, v, 400))
+    exact = flat(rbm.grad_log_likelihood(p, v))
+    far = flat(rbm.grad_cd_expected(p, v, 400))
     np.testing.assert_allclose(far, exact, rtol=0, atol=1e-10 * np.max(np.abs(exact)))
 
 
@@ -274,10 +273,10 @@ def test_cd_gradient_mc_average_matches_expectation():
     v = random_binary(0, (4, M))
     reps = 2000
     data = jnp.tile(v, (reps, 1))
-    exp_g = flat(rbm.expected_cd_gradient(p, v, 1))
-    draws = np.stack([flat(rbm.cd_gradient(p, v, 1, key=jax.random.fold_in(jax.random.key(7), r))) for r in range(200)])
+    exp_g = flat(rbm.grad_cd_expected(p, v, 1))
+    draws = np.stack([flat(rbm.grad_cd(p, v, 1, key=jax.random.fold_in(jax.random.key(7), r))) for r in range(200)])
     se = draws.std(axis=0) / np.sqrt(draws.shape[0])  # draws are i.i.d.
-    big = flat(rbm.cd_gradient(p, data, 1, key=jax.random.key(8)))  # = mean of `reps` draws
+    big = flat(rbm.grad_cd(p, data, 1, key=jax.random.key(8)))  # = mean of `reps` draws
     se_big = draws.std(axis=0) / np.sqrt(reps)
     assert np.all(np.abs(draws.mean(axis=0) - exp_g) <= 5 * se + 1e-12)
     assert np.all(np.abs(big - exp_g) <= 5 * se_big + 1e-12)
@@ -298,12 +297,12 @@ def test_cd1_training_raises_exact_log_likelihood():
     ll_true = np.mean(np.log(p_true[data.astype(int) @ (2 ** np.arange(M))]))
     p0 = rbm.init_params(M, N, key=jax.random.key(0), scale=0.01, data=data)
     ll0 = float(jnp.mean(rbm.log_likelihood(p0, data)))
-    fit = rbm.fit(p0, data, key=jax.random.key(1), n_epochs=150, batch_size=20, learning_rate=0.1, k=1)
+    fit = rbm.fit(p0, data, key=jax.random.key(1), optimizer=optax.sgd(0.1), n_epochs=150, batch_size=20)
     p1 = fit.params
     ll1 = float(jnp.mean(rbm.log_likelihood(p1, data)))
     assert fit.extras.reconstruction_error.shape == (150,) and fit.energies.shape == (150,)
     assert fit.n_iter == 150 and fit.converged is None
-    np.testing.assert_allclose(float(fit.energies[-1]), float(jnp.mean(rbm.free_energy(p1, data))), rtol=1e-12)
+    np.testing.assert_allclose(float(fit.energies[-1]), float(jnp.mean(rbm.energy(p1, data))), rtol=1e-12)
     assert ll0 < ll_true
     assert ll1 - ll0 > 0.5 * (ll_true - ll0)
 
@@ -311,12 +310,12 @@ def test_cd1_training_raises_exact_log_likelihood():
 def test_fit_same_key_same_result():
     v = random_binary(0, (40, M))
     p0 = rbm.init_params(M, N, key=jax.random.key(0))
-    a = rbm.fit(p0, v, key=jax.random.key(3), n_epochs=3, batch_size=8)
-    b = rbm.fit(p0, v, key=jax.random.key(3), n_epochs=3, batch_size=8)
+    a = rbm.fit(p0, v, key=jax.random.key(3), optimizer=SGD, n_epochs=3, batch_size=8)
+    b = rbm.fit(p0, v, key=jax.random.key(3), optimizer=SGD, n_epochs=3, batch_size=8)
     np.testing.assert_array_equal(flat(a.params), flat(b.params))
     np.testing.assert_array_equal(a.energies, b.energies)
     # Without the diagnostics the training path, and so the parameters, are unchanged.
-    c = rbm.fit(p0, v, key=jax.random.key(3), n_epochs=3, batch_size=8, monitor=False)
+    c = rbm.fit(p0, v, key=jax.random.key(3), optimizer=SGD, n_epochs=3, batch_size=8, monitor=False)
     np.testing.assert_array_equal(flat(a.params), flat(c.params))
     assert c.extras.reconstruction_error is None and c.energies is None
 
@@ -329,13 +328,13 @@ def test_validation_errors():
     v = random_binary(0, (5, M))
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="params must be rbm\\.Params"):
-        rbm.free_energy((p.W, p.b, p.c), v)
+        rbm.energy((p.W, p.b, p.c), v)
     with pytest.raises(ValueError, match=r"params.b must have shape \(10,\) to match W"):
-        rbm.free_energy(p._replace(b=jnp.zeros(M + 1)), v)
-    with pytest.raises(ValueError, match="data must be binary"):
-        rbm.fit(p, v + 0.2, key=key)
-    with pytest.raises(ValueError, match="k must be"):
-        rbm.cd_gradient(p, v, 0, key=key)
+        rbm.energy(p._replace(b=jnp.zeros(M + 1)), v)
+    with pytest.raises(ValueError, match="x must be binary"):
+        rbm.fit(p, v + 0.2, key=key, optimizer=SGD, n_epochs=1, batch_size=1)
+    with pytest.raises(ValueError, match="n_gibbs_steps must be"):
+        rbm.grad_cd(p, v, 0, key=key)
     with pytest.raises(ValueError, match="over"):
         rbm.log_partition(p, over="both")
     with pytest.raises(ValueError, match="cannot enumerate"):
@@ -348,12 +347,12 @@ def test_validation_errors():
 
 @pytest.mark.parametrize("k", [1, 3, 64, 65])
 def test_cd_gradient_one_compilation_for_every_k_gives_the_same_numbers(k):
-    # cd_gradient runs k sweeps with k traced (one compilation for all k <= 64); it must equal
+    # grad_cd runs k sweeps with k traced (one compilation for all k <= 64); it must equal
     # the scan over jax.random.split(key, k) compiled for this k alone.
     params = rbm.init_params(6, 4, key=jax.random.key(0))
     v = (jax.random.uniform(jax.random.key(1), (9, 6)) < 0.5).astype(params.W.dtype)
     key = jax.random.key(2)
-    got = rbm.cd_gradient(params, v, k, key=key)
+    got = rbm.grad_cd(params, v, k, key=key)
     ref = rbm._cd_gradient_jit(params.W, params.b, params.c, v, key, k)
     for a, b in zip(got, ref):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))

@@ -45,7 +45,7 @@ def test_energy_matches_direct_formula(seed):
     np.testing.assert_allclose(a.sum(1), 1.0, rtol=1e-14)
     lam = 0.7
     np.testing.assert_allclose(
-        sa.free_energy(params, x, mu, lam), sa.energy(params, x, mu) + 0.5 * lam * jnp.sum(mu**2), rtol=1e-13
+        sa.regularised_energy(params, x, mu, lam), sa.energy(params, x, mu) + 0.5 * lam * jnp.sum(mu**2), rtol=1e-13
     )
 
 
@@ -61,7 +61,7 @@ def test_energy_has_no_minimum_in_slots():
     params, x, mu = problem(0)
     e = [float(sa.energy(params, x, t * mu)) for t in (1.0, 10.0, 100.0)]
     # E(t mu) ~ -t sum_j max_i s_ji: strictly decreasing, without bound
-    slope = float(jnp.sum(jnp.max(sa.similarity(params, x, mu), axis=1)))
+    slope = float(jnp.sum(jnp.max(sa.sim(params, x, mu), axis=1)))
     assert slope > 0
     assert e[0] > e[1] > e[2]
     assert e[2] < -50 * slope
@@ -109,7 +109,7 @@ def test_grad_free_energy_mu(seed):
     params, x, mu = problem(seed)
     lam = 0.5 + seed
     assert_gradient(
-        lambda v: sa.free_energy(params, x, v, lam), lambda v: sa.grad_free_energy_mu(params, x, v, lam), mu
+        lambda v: sa.regularised_energy(params, x, v, lam), lambda v: sa.grad_mu_regularised(params, x, v, lam), mu
     )
 
 
@@ -169,7 +169,7 @@ def test_cccp_fixed_point_monotone_and_stationary(seed):
     trace = np.asarray(trace)
     assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace).max())
     # converged to a stationary point of F_lambda
-    g = sa.grad_free_energy_mu(params, x, m, lam)
+    g = sa.grad_mu_regularised(params, x, m, lam)
     assert jnp.linalg.norm(g) <= 1e-8 * jnp.linalg.norm(sa.grad_mu(params, x, m))
 
 
@@ -280,9 +280,11 @@ def test_fit_procrustes_monotone_and_converges(seed):
     params = sa.Params(jnp.eye(20), orthogonal(jax.random.key(seed), 20))
     fit = sa.fit(params, x, mu0, n_steps=60, n_e_steps=1, lam=1.0, prox=1e-3)
     tr = fit.extras
-    f = np.asarray(tr.free_energy).reshape(-1)
-    np.testing.assert_array_equal(fit.energies, np.concatenate([f[:1], tr.free_energy[:, -1]]))
-    np.testing.assert_allclose(float(fit.energies[-1]), float(sa.free_energy(fit.params, x, tr.mu, 1.0)), rtol=1e-12)
+    f = np.asarray(tr.regularised_energy).reshape(-1)
+    np.testing.assert_array_equal(fit.energies, np.concatenate([f[:1], tr.regularised_energy[:, -1]]))
+    np.testing.assert_allclose(
+        float(fit.energies[-1]), float(sa.regularised_energy(fit.params, x, tr.mu, 1.0)), rtol=1e-12
+    )
     assert np.all(np.diff(f) <= 1e-10 * np.abs(f).max())
     assert np.all(np.asarray(tr.surrogate_after) <= np.asarray(tr.surrogate_before) * (1 + 1e-12))
     assert tr.delta_w_q[-1] < 1e-6

@@ -198,7 +198,7 @@ def test_expanding_zero_steps_full_window_is_softmax_with_log_prior(seed):
     q, k, v = _expanding_inputs(seed, n=10)
     alpha0, beta0 = 2.0, 3.0
     q0 = alpha0 / (alpha0 + beta0)
-    res = expanding.attend(q, k, v, alpha0=alpha0, beta0=beta0, eps=1e-12, max_steps=0)
+    res = expanding.attend(q, k, v, alpha0=alpha0, beta0=beta0, eps=1e-12, max_iter=0)
     assert np.all(np.asarray(res.window) == 10)  # H(0.4) at eps=1e-12 is 55, clipped to n
     bias = np.log(q0) + np.arange(10) * np.log(1 - q0)
     s = np.einsum("bd,bnd->bn", np.asarray(q), np.asarray(k)) / 2.0
@@ -207,13 +207,13 @@ def test_expanding_zero_steps_full_window_is_softmax_with_log_prior(seed):
     assert np.all(np.asarray(res.iterations) == 0)
 
 
-def _reference_meanfield(qv, k, v, alpha, beta, eps, tol, max_steps):
+def _reference_meanfield(qv, k, v, alpha, beta, eps, tol, max_iter):
     """Plain-Python transcription of the three updates of §5 (one query)."""
     n, d = k.shape
     s = k @ qv / math.sqrt(d)
     hs, qs = [], [alpha / (alpha + beta)]
     converged = False
-    for _ in range(max_steps):
+    for _ in range(max_iter):
         qt = alpha / (alpha + beta)
         h = min(max(math.ceil(math.log(eps) / math.log(1 - qt)), 1), n)
         logits = s[:h] + np.log(qt) + np.arange(h) * np.log(1 - qt)
@@ -244,7 +244,7 @@ def _reference_meanfield(qv, k, v, alpha, beta, eps, tol, max_steps):
 @pytest.mark.parametrize("hyper", [(1.0, 1.0), (5.0, 0.5), (0.5, 20.0)])
 def test_expanding_matches_reference_loop(seed, hyper):
     q, k, v = _expanding_inputs(seed, batch=(4,), n=40)
-    res = expanding.attend(q, k, v, alpha0=hyper[0], beta0=hyper[1], eps=1e-2, tol=1e-4, max_steps=300)
+    res = expanding.attend(q, k, v, alpha0=hyper[0], beta0=hyper[1], eps=1e-2, tol=1e-4, max_iter=300)
     for b in range(4):
         ref = _reference_meanfield(np.asarray(q[b]), np.asarray(k[b]), np.asarray(v[b]), *hyper, 1e-2, 1e-4, 300)
         assert int(res.window[b]) == ref["window"]
@@ -262,10 +262,10 @@ def test_expanding_matches_reference_loop(seed, hyper):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_meanfield_reaches_tolerance_within_step_limit(seed):
     q, k, v = _expanding_inputs(seed, batch=(6,), n=64)
-    tol, max_steps = 1e-3, 200
-    res = expanding.attend(q, k, v, tol=tol, max_steps=max_steps)
+    tol, max_iter = 1e-3, 200
+    res = expanding.attend(q, k, v, tol=tol, max_iter=max_iter)
     assert bool(jnp.all(res.converged))
-    assert int(jnp.max(res.iterations)) < max_steps
+    assert int(jnp.max(res.iterations)) < max_iter
     tr = np.asarray(res.q_trace)
     for b in range(6):
         t = int(res.iterations[b])
@@ -277,7 +277,7 @@ def test_meanfield_reaches_tolerance_within_step_limit(seed):
 
 def test_expanding_step_limit_is_respected():
     q, k, v = _expanding_inputs(0, batch=(3,), n=64)
-    res = expanding.attend(q, k, v, tol=1e-9, max_steps=5)
+    res = expanding.attend(q, k, v, tol=1e-9, max_iter=5)
     assert np.all(np.asarray(res.iterations) == 5)
     assert not bool(jnp.any(res.converged))
 
@@ -320,7 +320,7 @@ def test_truncated_path_equals_dense_path():
     ks = jax.random.split(jax.random.key(10), 2)
     alpha0, beta0 = jnp.exp(normal(ks[0], (3, 3))), jnp.exp(normal(ks[1], (3, 3)))
     mask = jnp.arange(300) < jnp.array([[300], [40], [7]])[None, :, :]
-    kw = dict(alpha0=alpha0, beta0=beta0, mask=mask, tol=1e-4, max_steps=150)
+    kw = dict(alpha0=alpha0, beta0=beta0, mask=mask, tol=1e-4, max_iter=150)
     dense = expanding.attend(q, k, v, **kw)
     hmax = int(jnp.max(dense.max_window))
     assert hmax < 300 and not bool(jnp.any(dense.overflow)) and np.all(np.asarray(dense.dots) == 300)
@@ -401,7 +401,7 @@ def test_expanding_is_differentiable():
     q, k, v = _expanding_inputs(3, batch=(2,), n=16)
 
     def f(kk):
-        return jnp.sum(expanding.attend(q, kk, v, max_steps=50).output ** 2)
+        return jnp.sum(expanding.attend(q, kk, v, max_iter=50).output ** 2)
 
     g = jax.grad(f)(k)
     assert bool(jnp.all(jnp.isfinite(g))) and float(jnp.max(jnp.abs(g))) > 0
@@ -495,7 +495,7 @@ def test_same_key_same_result_and_validation():
     c = toy.run_multihop_experiment("multihop_paper", [2, 1], **small)
     np.testing.assert_array_equal(c.curve[1], a.curve[1])
     assert not np.array_equal(c.curve[0], a.curve[0])
-    small_ex = dict(optimizer=opt, n_steps=2, batch=4, n=4, d=2, d_k=1, rank=1, n_test=4, max_steps=2)
+    small_ex = dict(optimizer=opt, n_steps=2, batch=4, n=4, d=2, d_k=1, rank=1, n_test=4, max_iter=2)
     r1, s1 = toy.run_expanding_experiment("expanding", [0], [0.5], **small_ex)
     r2, s2 = toy.run_expanding_experiment("expanding", [0], [0.5], **small_ex)
     np.testing.assert_array_equal(r1.curve, r2.curve)

@@ -198,7 +198,7 @@ def test_child_parent_decomposition_eq4():
 
 
 def test_graph_gradient_terms_is_eq4():
-    """ch01, prop-child-parent: ``core.graph_gradient_terms`` returns the two parts of eq. (4).
+    """ch01, prop-child-parent: ``core.grad_graph_terms`` returns the two parts of eq. (4).
 
     5 random graph structures x 20 random draws of nodes and similarity
     parameters (100 instances), each part compared with eq. (4) evaluated from
@@ -221,7 +221,7 @@ def test_graph_gradient_terms_is_eq4():
                 )
                 for (ch, pa, m, kind), p in zip(structure, params)
             ]
-            return core.graph_gradient_terms(terms, V)
+            return core.grad_graph_terms(terms, V)
 
         for _ in range(N_INSTANCES // 5):
             V, terms, params = _random_values(rng, n, d, structure)

@@ -100,12 +100,12 @@ def test_cross_attention_gradients():
         assert _close(outer_k, g_wk, np.linalg.norm(mag_k) * np.linalg.norm(xk))
         # the package
         m_ = jnp.asarray(mask)
-        assert _close(A.cross_grad_queries(q, k, beta=beta, mask=m_), auto_q, np.linalg.norm(mag_q))
-        assert _close(A.cross_grad_keys(q, k, beta=beta, mask=m_), auto_k, np.linalg.norm(mag_k))
+        assert _close(A.grad_q(q, k, beta=beta, mask=m_), auto_q, np.linalg.norm(mag_q))
+        assert _close(A.grad_k(q, k, beta=beta, mask=m_), auto_k, np.linalg.norm(mag_k))
         params = A.Params(wq=jnp.asarray(wq), wk=jnp.asarray(wk))
-        pxq, pxk = A.cross_grad_tokens(params, xq, xk, beta=beta, mask=m_)
+        pxq, pxk = A.grad_tokens(params, xq, xk, beta=beta, mask=m_)
         assert _close(pxq, g_xq, sq) and _close(pxk, g_xk, sk)
-        pw = A.cross_grad_params(params, xq, xk, beta=beta, mask=m_)
+        pw = A.grad_params(params, xq, xk, beta=beta, mask=m_)
         assert _close(pw.wq, g_wq, np.linalg.norm(mag_q) * np.linalg.norm(xq))
         assert _close(pw.wk, g_wk, np.linalg.norm(mag_k) * np.linalg.norm(xk))
 
@@ -145,7 +145,7 @@ def test_self_attention_gradient():
                 mag[i] += beta * w[c, i] * np.linalg.norm(A_kq @ x[c])
         auto = np.asarray(_self_grad_auto(x, wq, wk, beta, mask))
         assert _close(-(child + parent), auto, np.linalg.norm(mag))
-        got = A.self_grad(A.Params(wq=jnp.asarray(wq), wk=jnp.asarray(wk)), x, beta=beta, mask=jnp.asarray(mask))
+        got = A.grad_self(A.Params(wq=jnp.asarray(wq), wk=jnp.asarray(wk)), x, beta=beta, mask=jnp.asarray(mask))
         assert _close(got, auto, np.linalg.norm(mag))
         assert relative_error_l2(-(swapped + parent), auto) > 1e-3
 
@@ -156,7 +156,7 @@ def test_bias_is_log_prior():
 
     Left-hand sides by scipy's softmax and logsumexp; right-hand sides by explicit loops
     (Bayes' rule with the normalised prior). Also the package's attention_weights,
-    cross_energy with a bias, edge_prior and prior_energy."""
+    energy with a bias, edge_prior and prior_energy."""
     rng = np.random.default_rng(52)
     C, P, D = 4, 6, 3
 
@@ -189,7 +189,7 @@ def test_bias_is_log_prior():
         # the package
         assert np.max(np.abs(np.asarray(A.attention_weights(q, k, beta=beta, bias=b)) - post)) < TOL
         assert np.max(np.abs(np.asarray(A.edge_prior(b)) - prior)) < TOL
-        assert abs(float(A.cross_energy(q, k, beta=beta, bias=b)) - e_lhs) <= TOL * abs(e_lhs)
+        assert abs(float(A.energy(q, k, beta=beta, bias=b)) - e_lhs) <= TOL * abs(e_lhs)
         assert abs(float(A.prior_energy(s, prior)) - e_rhs) <= TOL * abs(e_rhs)
 
 

@@ -92,16 +92,16 @@ def test_multihop_is_not_structural_expectation_with_self_edges(variant):
     assert min(gaps) > 1e-6, min(gaps)
 
 
-def _mean_field_by_hand(s, alpha, beta, eps, tol, max_steps):
+def _mean_field_by_hand(s, alpha, beta, eps, tol, max_iter):
     """Steps 1-3 of prop-meanfield written out in plain Python floats (math, no arrays)."""
     import math
 
     n = len(s)
     qs = []
-    for t in range(max_steps + 1):
+    for t in range(max_iter + 1):
         q = alpha / (alpha + beta)  # step 1
         qs.append(q)
-        if t == max_steps or (t > 0 and abs(qs[-1] - qs[-2]) < tol):
+        if t == max_iter or (t > 0 and abs(qs[-1] - qs[-2]) < tol):
             break
         H = min(math.ceil(math.log(eps) / math.log(1.0 - q)), n)  # the window H(q_t)
         logits = [s[i] + math.log(q) + i * math.log(1.0 - q) for i in range(H)]
@@ -123,7 +123,7 @@ def test_expanding_mean_field_sweep_is_the_proposition():
         q, k = rng.normal(size=(B, d)), rng.normal(size=(B, n, d)) * rng.uniform(0.2, 2.0, size=(B, 1, 1))
         alpha0, beta0 = rng.uniform(0.5, 3.0, size=B), rng.uniform(0.5, 3.0, size=B)
         res = expanding.attend(
-            q, k, np.zeros((B, n, 1)), alpha0=alpha0, beta0=beta0, eps=eps, tol=1e-4, max_steps=steps, scale=1.0
+            q, k, np.zeros((B, n, 1)), alpha0=alpha0, beta0=beta0, eps=eps, tol=1e-4, max_iter=steps, scale=1.0
         )
         for b in range(B):
             by_hand = _mean_field_by_hand(list(k[b] @ q[b]), float(alpha0[b]), float(beta0[b]), eps, 1e-4, steps)

@@ -27,9 +27,9 @@ N_INSTANCES = 100
 SHAPES = [(3, 2), (5, 4), (4, 6), (6, 3)]  # (m visible, n hidden)
 
 # the package's functions under test, jitted once per shape
-free_energy, hidden_probs, energy_gap = jax.jit(rbm.free_energy), jax.jit(rbm.hidden_probs), jax.jit(rbm.energy_gap)
-free_energy_grad_v, free_energy_grad_params = jax.jit(rbm.free_energy_grad_v), jax.jit(rbm.free_energy_grad_params)
-log_likelihood_grad = jax.jit(rbm.log_likelihood_grad)
+free_energy, hidden_probs, energy_gap = jax.jit(rbm.energy), jax.jit(rbm.hidden_probs), jax.jit(rbm.energy_gap)
+grad_v, grad_params = jax.jit(rbm.grad_v), jax.jit(rbm.grad_params)
+grad_log_likelihood = jax.jit(rbm.grad_log_likelihood)
 
 
 def states(n):
@@ -162,16 +162,16 @@ def test_free_energy_and_log_likelihood_gradients_match_complex_steps():
         v_real = rng.normal(size=m)
         auto = complex_step(free_energy_enum, (W, b, c, v_real), 3)
         sig = 1 / (1 + np.exp(-(v_real @ W + c)))
-        for got in (np.asarray(free_energy_grad_v(p, v_real)), -b - W @ sig):
+        for got in (np.asarray(grad_v(p, v_real)), -b - W @ sig):
             worst = max(worst, relative_error_l2(got, auto))
 
         data = rng.integers(0, 2, (3, m)).astype(float)
-        positive = free_energy_grad_params(p, data)
+        positive = grad_params(p, data)
         for argnum, name in enumerate("Wbc"):
             auto = complex_step(mean_free_energy, (W, b, c, data), argnum)
             worst = max(worst, np.linalg.norm(np.asarray(getattr(positive, name)) - auto) / np.linalg.norm(auto))
 
-        exact = log_likelihood_grad(p, data)
+        exact = grad_log_likelihood(p, data)
         vs = states(m)
         f_all = np.array([free_energy_enum(W, b, c, v) for v in vs])
         q = np.exp(-f_all - lse(-f_all))

@@ -169,7 +169,7 @@ def test_attention_normalised_dynamics_is_the_energy_gradient():
     self-synapses: the dynamics -sum_pre alpha k eps + f'(x_i) sum_post alpha k eps w, written as
     a numpy loop over neurons and synapses, equals -jax.grad of the independently written F_att;
     with every alpha = 1 it equals -jax.grad of the independent F_std. anpc.grad_x and
-    anpc.standard_grad_x agree with the same autodiff gradients."""
+    anpc.grad_x_standard agree with the same autodiff gradients."""
     rng = np.random.default_rng(1302)
     worst = {"formula_att": 0.0, "formula_std": 0.0, "pkg_att": 0.0, "pkg_std": 0.0}
     for N in SIZES:
@@ -177,7 +177,7 @@ def test_attention_normalised_dynamics_is_the_energy_gradient():
         for act in ("tanh", "linear"):
             g_att, g_std = (np.asarray(g(W, B, A, K, x)) for g in _GRADS[act])
             pkg_att = np.asarray(_pkg("grad_x", act)(W, B, A, K, x))
-            pkg_std = np.asarray(_pkg("standard_grad_x", act)(W, B, A, K, x))
+            pkg_std = np.asarray(_pkg("grad_x_standard", act)(W, B, A, K, x))
             fp = (lambda v: 1 - np.tanh(v) ** 2) if act == "tanh" else np.ones_like
             for n in range(PER_SIZE):
                 alpha, eps = _alpha_np(W[n], B[n], A[n], K[n], x[n], act)

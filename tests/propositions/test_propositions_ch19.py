@@ -26,7 +26,7 @@ N_INSTANCES = 100
 D, H, K = 6, 5, 4
 
 fgsm = jax.jit(adv.fgsm, static_argnames=("targeted", "box"))
-input_gradient = jax.jit(adv.input_gradient)
+grad_x = jax.jit(adv.grad_x)
 kl_softmax = jax.jit(adv.kl_softmax)
 inner_maximize = jax.jit(adv.inner_maximize, static_argnames=("n_steps", "monotone", "box"))
 
@@ -91,7 +91,7 @@ def test_input_gradient_is_softmax_weighted_sum():
     for _ in range(N_INSTANCES):
         p, x, t = random_instance(rng)
         g = complex_step_grad(lambda y, p=p, t=t: np_cross_entropy(p, y, int(t[0])), np.asarray(x[0]))
-        np.testing.assert_allclose(np.asarray(input_gradient(p, x, t))[0], g, rtol=1e-10, atol=1e-13)
+        np.testing.assert_allclose(np.asarray(grad_x(p, x, t))[0], g, rtol=1e-10, atol=1e-13)
 
 
 def test_softplus_is_two_term_lse():
