@@ -161,6 +161,8 @@ def _pytest_everything(session):
         # hands out the files with the most items first, so small test files fill the tails.
         "book",
         "tests",
+        "lse_energy",
+        "--doctest-modules",
         *NBVAL,
         *WORKERS,
         *session.posargs,
@@ -170,7 +172,7 @@ def _pytest_everything(session):
 
 @nox.session
 def tests(session):
-    """Every notebook under strict nbval and the package tests, on 2 workers (one file per worker at a time)."""
+    """Every notebook under strict nbval, the package tests and the docstring examples, on 2 workers (one file each)."""
     _install_locked(session)
     _pytest_everything(session)
 

@@ -195,6 +195,19 @@ def optimizer(opt):
     return opt
 
 
+_optimizer = optimizer
+
+
+def trainer(optimizer, n_epochs, batch_size, n: int, rows: str = "N") -> tuple[int, int]:
+    """A gradient trainer's schedule: an optax ``optimizer``, ``n_epochs >= 1`` and
+    ``1 <= batch_size <= n`` (``rows`` names ``n`` in the message); returns the two counts."""
+    _optimizer(optimizer)
+    n_epochs, batch_size = count("n_epochs", n_epochs), count("batch_size", batch_size)
+    if batch_size > n:
+        raise ValueError(f"batch_size must be <= {rows} = {n}; got {batch_size}")
+    return n_epochs, batch_size
+
+
 def beta(value) -> None:
     """An inverse temperature: a finite real scalar ``> 0`` (checked when concrete)."""
     if is_concrete(value):

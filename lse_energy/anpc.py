@@ -239,6 +239,15 @@ def sim(params: Params, x, precisions=None, *, activation: str = "tanh") -> Arra
     Returns:
       ``(..., N, N)``, zero where there is no synapse (those entries are
       masked out of every log-sum-exp).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> s = anpc.sim(params, jnp.array([1.0, 2.0]), activation="linear")  # eps_01 = 1 - 2, eps_10 = 2 - 1
+      >>> s.shape, float(s[0, 1]), float(s[1, 0])
+      ((2, 2), -0.5, -0.5)
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return _sim(params, x, k, activation)
@@ -323,6 +332,17 @@ def energy(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     Returns:
       Scalar. Bounded below by :math:`-\sum_i \ln|\mathrm{pre}(i)|` (each
       similarity is :math:`\le 0`), non-convex in general.
+
+    Examples:
+      Every synapse predicts its target exactly, so the energy sits at its lower bound
+      :math:`-\sum_i \ln|\mathrm{pre}(i)|`; neuron 0 has two presynaptic neurons, neuron 1 one:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True, True], [True, False, False], [False, False, False]])
+      >>> params = anpc.Params(jnp.zeros((3, 3)), jnp.zeros((3, 3)), adjacency)
+      >>> round(float(anpc.energy(params, jnp.zeros(3))), 3)  # -ln 2
+      -0.693
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return _energy(params, x, k, activation)

@@ -141,7 +141,15 @@ def _sim(q, k, beta, bias):
 
 def sim(q, k, *, beta=1.0, bias=None) -> Array:
     r"""The similarities of cross-attention, :math:`\mathrm{sim}(q_c, k_p) = \beta\, q_c^\top k_p + b_{cp}`,
-    ``(..., N_Q, N_K)``: children are the queries, parents the keys (arguments as :func:`energy`)."""
+    ``(..., N_Q, N_K)``: children are the queries, parents the keys (arguments as :func:`energy`).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> s = attention.sim(jnp.ones((2, 3)), jnp.ones((4, 3)), beta=0.5)
+      >>> s.shape, float(s[0, 0])
+      ((2, 4), 1.5)
+    """
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
     return _sim(q, k, beta, _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1]))
@@ -166,6 +174,15 @@ def energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
 
     Returns:
       Scalar energy (leading batch axes are summed).
+
+    Examples:
+      Queries orthogonal to every key see uniform attention, :math:`E = -N_Q \ln N_K`:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> q, k = jnp.zeros((2, 3)), jnp.ones((4, 3))
+      >>> round(float(attention.energy(q, k)), 3)  # -2 ln 4
+      -2.773
     """
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
@@ -504,7 +521,15 @@ def prior_energy(sim, prior) -> Array:
 
 
 def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
-    r"""Gaussian :math:`W^Q, W^K` with entries :math:`\mathcal{N}(0, \mathrm{scale}^2/d_{in})`."""
+    r"""Gaussian :math:`W^Q, W^K` with entries :math:`\mathcal{N}(0, \mathrm{scale}^2/d_{in})`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))  # d_in = 3, d_k = 2
+      >>> params.wq.shape, attention.self_energy(params, jnp.ones((4, 3))).shape
+      ((2, 3), ())
+    """
     d_in = _validate.count("d_in", d_in, 1)
     d_k = _validate.count("d_k", d_k, 1)
     if not (np.ndim(scale) == 0 and np.isfinite(scale) and scale > 0):

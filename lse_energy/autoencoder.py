@@ -145,6 +145,13 @@ def init_params(d: int, n_hidden: int, *, key: Array, scale: float = 0.1, dtype=
 
     Returns:
       a :class:`Params` with ``W`` of shape ``(k, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> params.W.shape, autoencoder.reconstruct(params, jnp.ones((5, 4)), "tanh").shape
+      ((2, 4), (5, 4))
     """
     d = _validate.count("d", d, 1)
     k = _validate.count("n_hidden", n_hidden, 1)
@@ -204,6 +211,15 @@ def reconstruct(params: Params, x, activation: str = "linear") -> Array:
 
     Returns:
       the ``(N, d)`` reconstructions.
+
+    Examples:
+      With one unit code along the first axis, the linear map projects onto that axis:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.Params(jnp.array([[1.0, 0.0, 0.0]]), jnp.zeros(1), jnp.zeros(3))  # k = 1, d = 3
+      >>> autoencoder.reconstruct(params, jnp.array([[2.0, 5.0, 7.0]])).tolist()
+      [[2.0, 0.0, 0.0]]
     """
     params = _check_params(params)
     x = _check_x(params, x)
@@ -449,6 +465,15 @@ def fit(
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
         parameters or losses; the message names the first bad step).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (10, 4))
+      >>> result = autoencoder.fit(params, x, optimizer=optax.sgd(0.1), n_steps=20)
+      >>> result.energies.shape, bool(result.energies[-1] < result.energies[0])
+      ((20,), True)
     """
     params = _check_params(params)
     x = _check_x(params, x)

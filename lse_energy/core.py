@@ -140,6 +140,17 @@ def energy(sim, mask=None, *, allow_empty: bool = False) -> Array:
       ValueError: bad shape or dtype, non-finite ``sim``, non-boolean or
         non-broadcastable ``mask``, or a child with no allowed parent. Checks
         on values are made only when the inputs are concrete (not traced).
+
+    Examples:
+      Two children with three equally similar parents each: :math:`E = -2 \ln 3`.
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> round(float(core.energy(jnp.zeros((2, 3)))), 3)
+      -2.197
+      >>> mask = jnp.array([[True, False, False], [True, True, True]])
+      >>> round(float(core.energy(jnp.zeros((2, 3)), mask)), 3)  # -ln 1 - ln 3
+      -1.099
     """
     sim, mask = _check_sim(sim, mask, allow_empty)
     return _energy(sim, mask)

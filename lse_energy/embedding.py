@@ -206,6 +206,13 @@ def init_params(n_vocab: int, dim: int, *, key: Array, scale: float = 0.1, dtype
 
     Returns:
       a :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.init_params(5, 2, key=jax.random.key(0))
+      >>> params.U.shape, embedding.scores(params).shape
+      ((5, 2), (5, 5))
     """
     n_vocab = _validate.count("n_vocab", n_vocab)
     dim = _validate.count("dim", dim)
@@ -244,6 +251,15 @@ def energy(params: Params, counts) -> Array:
 
     Returns:
       the scalar :math:`E`.
+
+    Examples:
+      With all scores 0 every centre word spreads its weight over the 4 candidate contexts:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+      >>> round(float(embedding.energy(params, jnp.ones((4, 4)))), 3)  # -16 ln 4: 16 pairs
+      -22.181
     """
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
@@ -706,6 +722,15 @@ def fit(
 
     Raises:
       ValueError: on bad arguments, or when training diverged.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import embedding
+      >>> counts = embedding.cooccurrence(jnp.array([0, 1, 2, 3, 0, 1, 2, 3]), 4, window=1)  # a ring
+      >>> params = embedding.init_params(4, 2, key=jax.random.key(0))
+      >>> result = embedding.fit(params, counts, optimizer=optax.adam(0.1), n_steps=10)
+      >>> result.energies.shape, bool(result.energies[-1] < result.energies[0])
+      ((10,), True)
     """
     U, V = _check_params(params)
     counts = _check_counts(x, U.shape[0], U.dtype, name="x")

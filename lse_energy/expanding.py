@@ -153,6 +153,14 @@ def energy(sims, q, *, window=None, mask=None) -> Array:
 
     Returns:
       Scalar (summed over leading axes).
+
+    Examples:
+      Three equal similarities under :math:`q = 1/2`: :math:`E = -\ln(\tfrac12 + \tfrac14 + \tfrac18)`.
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import expanding
+      >>> round(float(expanding.energy(jnp.zeros(3), 0.5)), 3)
+      0.134
     """
     sims = _validate.float_array("sims", sims, min_ndim=1)
     q = _check_q(q)

@@ -264,6 +264,13 @@ def init_params(
 
     ``generator_hidden=()`` gives an affine generator (known Gaussian :math:`p_g`).
     Weights as :func:`init_mlp`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 3, key=jax.random.key(0), generator_hidden=(8,), discriminator_hidden=(8,))
+      >>> [w.shape for w in params.generator.weights], gan.generate(params, jnp.ones((5, 2))).shape
+      ([(2, 8), (8, 3)], (5, 3))
     """
     noise_dim = _validate.count("noise_dim", noise_dim, 1)
     data_dim = _validate.count("data_dim", data_dim, 1)
@@ -389,6 +396,16 @@ def energy(params: Params, x, z) -> Array:
     With equal batches (:math:`N = M`), :math:`E = -N\,` :func:`discriminator_loss`:
     the discriminator *ascends* :math:`E`; the minimax generator descends its
     second sum.
+
+    Examples:
+      A discriminator with zero weights says :math:`D = 1/2` to every sample, real or fake:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,), discriminator_hidden=())
+      >>> blind = params._replace(discriminator=gan.MLP((jnp.zeros((2, 1)),), (jnp.zeros(1),)))
+      >>> round(float(gan.energy(blind, jnp.ones((3, 2)), jnp.ones((4, 2)))), 3)  # (3 + 4) ln(1/2)
+      -4.852
     """
     return _energy(*_xz(params, x, z))
 
@@ -655,6 +672,16 @@ def fit(
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
         parameters or losses; the message names the first step).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(8,), discriminator_hidden=(8,))
+      >>> x = gan.sample_mixture(gan.ring_centers(4), 0.1, 64, key=jax.random.key(1))  # a ring of 4 modes
+      >>> opts = dict(d_optimizer=optax.sgd(0.05), g_optimizer=optax.sgd(0.05), n_steps=5, batch_size=16)
+      >>> result = gan.fit(params, x, key=jax.random.key(2), **opts)
+      >>> result.energies.shape, result.extras.fake_prob.shape
+      ((5,), (5,))
     """
     params = _check_params(params)
     dtype = params.discriminator.weights[0].dtype

@@ -157,6 +157,13 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
 
     The read-out :math:`V` is drawn the same way with :math:`1/\sqrt H`.
     ``dtype`` defaults to the default floating dtype (float64 with x64 on).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))  # D = 3, H = 4, K = 2
+      >>> gru.param_count(params), gru.logits(params, jnp.ones((6, 5, 3))).shape
+      (106, (6, 2))
     """
     D = _validate.count("d_in", d_in)
     H = _validate.count("d_hidden", d_hidden)
@@ -594,6 +601,15 @@ def min_gru(params: MinParams, xs, *, method: str = "parallel") -> Array:
     ``method``: ``"sequential"`` (:func:`scan_sequential`), ``"parallel"``
     (:func:`scan_parallel`) or ``"log"`` (:func:`scan_log_signed`, forward
     only). All three give the same states to round-off.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))  # D = 3, H = 4, K = 2
+      >>> xs = jax.random.normal(jax.random.key(1), (2, 5, 3))  # B = 2 sequences of N = 5 steps
+      >>> h = gru.min_gru(params, xs)
+      >>> h.shape, bool(jnp.allclose(h, gru.min_gru(params, xs, method="sequential"), atol=1e-5))
+      ((2, 5, 4), True)
     """
     params = _check_minparams(params)
     return _min_states(params, _check_xs(params, xs), _check_method(method))
@@ -710,6 +726,15 @@ def fit(
 
     Raises:
       ValueError: on invalid arguments, or when the run goes non-finite.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import gru
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
+      >>> x, y = jax.random.normal(jax.random.key(1), (8, 5, 3)), jnp.arange(8) % 2
+      >>> result = gru.fit(params, x, y, key=jax.random.key(2), optimizer=optax.adam(1e-2), n_epochs=2, batch_size=4)
+      >>> result.energies.shape, result.extras.train_accuracy.shape
+      ((2,), (2,))
     """
     params = _check_params(params)
     x = _check_xs(params, x, "x")
@@ -719,11 +744,7 @@ def fit(
     if x_eval is not None:
         x_eval = _check_xs(params, x_eval, "x_eval")
         y_eval = _check_labels(y_eval, x_eval.shape[0], params.c.shape[0], "y_eval")
-    _validate.optimizer(optimizer)
-    n_epochs = _validate.count("n_epochs", n_epochs)
-    batch_size = _validate.count("batch_size", batch_size)
-    if batch_size > x.shape[0]:
-        raise ValueError(f"batch_size must be <= B = {x.shape[0]}; got {batch_size}")
+    n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0], "B")
     if method not in ("sequential", "parallel"):
         raise ValueError(f"method must be 'sequential' or 'parallel' for training; got {method!r}")
     if opt_state is None:

@@ -114,7 +114,14 @@ def _sim(memories, queries, beta):
 
 def sim(memories, queries, *, beta=1.0) -> Array:
     r"""The similarities :math:`\mathrm{sim}(x_i, m_\mu) = \beta\, x_i^\top m_\mu`, ``(N, K)``: children are the
-    queries, parents the memories (arguments as :func:`energy`)."""
+    queries, parents the memories (arguments as :func:`energy`).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> hopfield.sim(jnp.eye(3), jnp.ones((2, 3)), beta=2.0).tolist()  # (N, K)
+      [[2.0, 2.0, 2.0], [2.0, 2.0, 2.0]]
+    """
     memories, queries = _check(memories, queries, beta)
     return _sim(memories, queries, beta)
 
@@ -139,6 +146,15 @@ def energy(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       Scalar energy.
+
+    Examples:
+      A query at the origin is equally similar to every memory, :math:`E = -\beta^{-1} \ln K`:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.zeros((1, 3))
+      >>> round(float(hopfield.energy(memories, queries, beta=2.0)), 3)  # -ln(3) / 2
+      -0.549
     """
     memories, queries = _check(memories, queries, beta)
     return core.energy(_sim(memories, queries, beta)) / beta

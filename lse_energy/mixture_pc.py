@@ -140,6 +140,13 @@ def init_params(
 
     Returns:
       :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> params.W1.shape, params.W2.shape
+      ((4, 2), (3, 4))
     """
     for name, v in (("latent_dim", latent_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)):
         if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
@@ -248,6 +255,13 @@ def sim(params: Params, x, mu) -> Array:
 
     Returns:
       ``(N, K)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> mixture_pc.sim(params, jnp.ones((5, 3)), jnp.zeros((2, 2))).shape
+      (5, 2)
     """
     params, x, mu = _check_mixture(params, x, mu)
     e, _ = _errors(params, x, mu)
@@ -270,6 +284,15 @@ def energy(params: Params, x, mu) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))  # f: R^2 -> R^3
+      >>> flat = params._replace(W2=jnp.zeros((3, 4)))  # f = 0: every sim is -|x|^2 / 2 = -1.5
+      >>> x, mu = jnp.ones((5, 3)), jnp.zeros((3, 2))  # 5 points, 3 latent causes
+      >>> round(float(mixture_pc.energy(flat, x, mu)), 3)  # 5 (1.5 - ln 3)
+      2.007
     """
     return core.energy(sim(params, x, mu))
 
@@ -573,6 +596,16 @@ def fit(
     Raises:
       ValueError: on bad arguments, or when the run diverged (a non-finite
         parameter, latent or energy; the message names the first round).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> x, mu0 = jax.random.normal(jax.random.key(1), (6, 3)), jnp.zeros((2, 2))
+      >>> steps = dict(n_steps=3, n_infer_steps=2, n_learn_steps=2)
+      >>> result = mixture_pc.fit(params, x, mu0, optimizer=optax.sgd(0.01), **steps)
+      >>> result.energies.shape, result.extras.mu.shape, bool(result.energies[-1] < result.energies[0])
+      ((4,), (2, 2), True)
     """
     params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     _validate.optimizer(optimizer)

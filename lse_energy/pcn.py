@@ -175,6 +175,13 @@ def init_params(sizes, *, key: Array, weight_scale: float = 1.0) -> Params:
 
     Returns:
       :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> [w.shape for w in params.weights], params.prior_mean.shape
+      ([(3, 2), (2, 3)], (2,))
     """
     sizes = tuple(sizes) if isinstance(sizes, (tuple, list)) else sizes
     if not isinstance(sizes, tuple) or len(sizes) < 2:
@@ -300,6 +307,13 @@ def sim(params: Params, xs, precisions=None) -> Array:
 
     Returns:
       ``(..., L)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> pcn.sim(params, pcn.forward(params, jnp.ones((4, 2)))).shape  # (..., L)
+      (4, 3)
     """
     params, xs, prec = _setup(params, xs, precisions)
     return _sims(params, xs, prec)
@@ -346,6 +360,16 @@ def energy(params: Params, xs, precisions=None) -> Array:
 
     Returns:
       Scalar :math:`F \ge 0`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))  # layer sizes 2 -> 3 -> 2
+      >>> xs = pcn.forward(params, jnp.ones((4, 2)))  # the feed-forward pass meets every prediction
+      >>> bool(pcn.energy(params, xs) < 1e-6)  # F = 0 up to round-off
+      True
+      >>> round(float(pcn.energy(params, (xs[0], xs[1], xs[2] + 1.0))), 3)  # 4 examples x 2 units x 1/2
+      4.0
     """
     params, xs, prec = _setup(params, xs, precisions)
     return _energy(params, xs, prec)
@@ -643,16 +667,22 @@ def fit(
     Raises:
       ValueError: on bad arguments, or when training diverged (non-finite
         parameters, energies or losses; the message names the first epoch).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> x, y = jax.random.normal(jax.random.key(1), (8, 2)), jax.nn.one_hot(jnp.arange(8) % 2, 2)
+      >>> opts = dict(optimizer=optax.sgd(0.1), n_epochs=3, batch_size=4, n_infer_steps=5)
+      >>> result = pcn.fit(params, x, y, key=jax.random.key(2), **opts)
+      >>> result.energies.shape, result.extras.loss.shape  # per epoch; per epoch and minibatch
+      ((3,), (3, 2))
     """
     params = _check_params(params)
     x, y = _check_data(params, x, y)
     prec = _default_precisions(precisions, len(params.weights) + 1, x.dtype)
-    _validate.optimizer(optimizer)
-    n_epochs = _validate.count("n_epochs", n_epochs, 1)
+    n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0])
     n_infer_steps = _validate.count("n_infer_steps", n_infer_steps, 1)
-    batch_size = _validate.count("batch_size", batch_size, 1)
-    if batch_size > x.shape[0]:
-        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
     eta = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
     if opt_state is None:
         opt_state = optimizer.init(params)

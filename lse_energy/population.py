@@ -183,6 +183,14 @@ def init_params(
 
     Returns:
       the :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import lif, population
+      >>> params = population.init_params(1, 8, key=jax.random.key(0))  # d = 1, N = 8
+      >>> rates = population.activities(params, jnp.linspace(-1.0, 1.0, 5), lif.rate)
+      >>> params.encoders.shape, rates.shape, bool(jnp.all(rates >= 0))
+      ((1, 8), (5, 8), True)
     """
     d = _validate.count("d", d)
     n = _validate.count("n_neurons", n_neurons)
@@ -483,6 +491,13 @@ def sim(counts, expected_counts) -> Array:
 
     Returns:
       the similarities, ``(G,)`` or ``(M, G)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> expected = jnp.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+      >>> [round(s, 3) for s in population.sim(jnp.array([2.0, 0.0, 1.0]), expected).tolist()]  # 0 - 3, 3 ln 2 - 6
+      [-3.0, -3.921]
     """
     n, f = _counts_rates(counts, expected_counts)
     return n.astype(f.dtype) @ jnp.log(f).T - jnp.sum(f, axis=1)
@@ -494,6 +509,16 @@ def energy(counts, expected_counts) -> Array:
     Each response :math:`n_m` is a child and the ``G`` candidate stimuli are its parents.
     :math:`E = -\sum_m \ln p(n_m) - \sum_{m,i}\ln n_{mi}! - M\ln G` for a uniform prior over
     the grid (:func:`log_evidence`).
+
+    Examples:
+      Two candidate stimuli that predict the same mean counts explain any response equally well:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> expected = jnp.ones((2, 3))  # G = 2 stimuli, N = 3 neurons, one spike each on average
+      >>> counts = jnp.array([[2.0, 0.0, 1.0], [1.0, 1.0, 1.0]])  # M = 2 responses
+      >>> round(float(population.energy(counts, expected)), 3)  # every sim is -3: 2 (3 - ln 2)
+      4.614
     """
     s = sim(counts, expected_counts)
     return core.energy(s if s.ndim == 2 else s[None])

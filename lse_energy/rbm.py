@@ -24,28 +24,22 @@ fully factorised prior over binary edges, and it is how :func:`energy` is
 computed (with :func:`lse_energy.core.logsumexp`). The softmax weights of that
 energy are the conditionals :math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)`.
 
-Two remarks on the notes as printed: the Boltzmann distribution in §23.3 and
-the loss in §23.4 read :math:`\tfrac12 e^{-E}` where :math:`\tfrac1Z e^{-E}` is
-meant, and §23.4 maximises over :math:`v` where it means :math:`\theta`. The
-CD rule of §23.8 updates only :math:`W`; here the biases get the same
-positive-minus-negative update (their statistics are :math:`v` and
-:math:`P(h=1\mid v)`).
+Two remarks on the notes as printed: the Boltzmann distribution in §23.3 and the loss in §23.4 read
+:math:`\tfrac12 e^{-E}` where :math:`\tfrac1Z e^{-E}` is meant, and §23.4 maximises over :math:`v` where it means
+:math:`\theta`. The CD rule of §23.8 updates only :math:`W`; here the biases get the same positive-minus-negative
+update (their statistics are :math:`v` and :math:`P(h=1\mid v)`).
 
-Input dtypes. The parameters :math:`W, b, c` are continuous: an integer or
-boolean array raises ``ValueError`` naming it. Unit states ``v`` and ``h``
-are binary data and keep their natural dtypes: float, integer or boolean
-arrays are accepted and cast to ``params.W.dtype``; an integer or boolean
-array must hold 0/1 (anything else raises), and functions that need binary
-data (:func:`gibbs`, :func:`grad_cd`, :func:`fit`,
-:func:`log_likelihood`, ...) require 0/1 of a float array too. Where a
-function accepts real-valued states (the energies, free energies and
+Input dtypes. The parameters :math:`W, b, c` are continuous: an integer or boolean array raises ``ValueError``
+naming it. Unit states ``v`` and ``h`` are binary data and keep their natural dtypes: float, integer or boolean
+arrays are accepted and cast to ``params.W.dtype``; an integer or boolean array must hold 0/1 (anything else
+raises), and functions that need binary data (:func:`gibbs`, :func:`grad_cd`, :func:`fit`, :func:`log_likelihood`,
+...) require 0/1 of a float array too. Where a function accepts real-valued states (the energies, free energies and
 conditional probabilities extend multilinearly), it says so.
 
-Shapes: ``v`` is ``(n_visible,)`` or a batch ``(N, n_visible)``; ``h`` is
-``(n_hidden,)`` or ``(N, n_hidden)``. Per-configuration quantities
-(:func:`joint_energy`, :func:`energy`, :func:`log_likelihood`) are returned per
-sample, ``()`` or ``(N,)``: unlike the scalar energies elsewhere in the package,
-they are log-probabilities of individual configurations; sum them for a total.
+Shapes: ``v`` is ``(n_visible,)`` or a batch ``(N, n_visible)``; ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``.
+Per-configuration quantities (:func:`joint_energy`, :func:`energy`, :func:`log_likelihood`) are returned per sample,
+``()`` or ``(N,)``: unlike the scalar energies elsewhere in the package, they are log-probabilities of individual
+configurations; sum them for a total.
 """
 
 from __future__ import annotations
@@ -202,10 +196,9 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
 def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data=None, dtype=jnp.float64) -> Params:
     r"""Small random couplings :math:`W_{ij} \sim \mathcal N(0, \mathrm{scale}^2)`, :math:`c = 0`.
 
-    With ``data`` (``(N, n_visible)`` binary) the visible biases start at the
-    log-odds of the pixel means, :math:`b_i = \ln \bar v_i / (1 - \bar v_i)`
-    (means clipped to ``[1e-3, 1 - 1e-3]``), so the untrained model already
-    has the data's marginals; otherwise :math:`b = 0`.
+    With ``data`` (``(N, n_visible)`` binary) the visible biases start at the log-odds of the pixel means,
+    :math:`b_i = \ln \bar v_i / (1 - \bar v_i)` (means clipped to ``[1e-3, 1 - 1e-3]``), so the untrained model
+    already has the data's marginals; otherwise :math:`b = 0`.
     """
     n_visible = _validate.count("n_visible", n_visible, 1)
     n_hidden = _validate.count("n_hidden", n_hidden, 1)
@@ -287,6 +280,14 @@ def energy(params: Params, v) -> Array:
 
     Returns:
       ``()`` or ``(n_samples,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))  # no couplings, no biases
+      >>> f = rbm.energy(params, jnp.array([[1, 0, 1], [0, 0, 0]]))  # two binary rows: -2 softplus(0) each
+      >>> f.shape, [round(v, 3) for v in f.tolist()]
+      ((2,), [-1.386, -1.386])
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -310,11 +311,9 @@ def energy_hidden(params: Params, h) -> Array:
 def grad_v(params: Params, v) -> Array:
     r""":math:`\partial F / \partial v = -b - W\,\sigma(c + W^\top v)`, the continuous relaxation.
 
-    This is the child part of eq. (4) of Tschantz (2025): softmax weights
-    (:math:`\sigma` and :math:`1 - \sigma` over the two states) times the
-    sim-gradients (:math:`W_{:j}` and 0). Its negative,
-    :math:`b + W \sigma(W^\top v + c)`, is a tied-weight feed-forward block
-    with a sigmoid non-linearity.
+    This is the child part of eq. (4) of Tschantz (2025): softmax weights (:math:`\sigma` and :math:`1 - \sigma`
+    over the two states) times the sim-gradients (:math:`W_{:j}` and 0). Its negative,
+    :math:`b + W \sigma(W^\top v + c)`, is a tied-weight feed-forward block with a sigmoid non-linearity.
 
     Args:
       v: ``(n_visible,)`` or ``(N, n_visible)``.
@@ -339,9 +338,8 @@ def grad_params(params: Params, v) -> Params:
         \frac{\partial \bar F}{\partial c} &= -\frac1N \sum_n \sigma(c + W^\top v_n).
         \end{aligned}
 
-    Its negative is the *positive phase* of §23.8 of the notes
-    (:math:`-\nabla_W L_1 = V^\top \sigma(VW + c)`), and evaluated at model
-    samples the negative phase. A single ``v`` counts as ``N = 1``.
+    Its negative is the *positive phase* of §23.8 of the notes (:math:`-\nabla_W L_1 = V^\top \sigma(VW + c)`), and
+    evaluated at model samples the negative phase. A single ``v`` counts as ``N = 1``.
 
     Returns:
       :class:`Params` of the same shapes as ``params``.
@@ -365,9 +363,8 @@ def energy_gap(params: Params, v, h) -> EnergyGap:
         \Delta E(v_i) = -\textstyle\sum_j W_{ij} h_j - b_i, \qquad
         \Delta E(h_j) = -\textstyle\sum_i v_i W_{ij} - c_j .
 
-    Because :math:`E` is linear in each unit, the gap equals the partial
-    derivative :math:`\partial E / \partial u` ("like a gradient but for
-    binary nodes"), and :math:`P(u = 1 \mid \text{rest}) = \sigma(-\Delta E(u))`.
+    Because :math:`E` is linear in each unit, the gap equals the partial derivative :math:`\partial E / \partial u`
+    ("like a gradient but for binary nodes"), and :math:`P(u = 1 \mid \text{rest}) = \sigma(-\Delta E(u))`.
 
     Args:
       v: ``(n_visible,)`` or ``(N, n_visible)``.
@@ -392,9 +389,8 @@ def energy_gap(params: Params, v, h) -> EnergyGap:
 def hidden_probs(params: Params, v) -> Array:
     r""":math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)` (§23.2, §23.8).
 
-    Computed as the softmax weight of state 1 among hidden unit :math:`j`'s
-    two states, ``core.weights`` over :math:`\{0, c_j + W_{:j}^\top v\}`: the
-    posterior over the binary edge.
+    Computed as the softmax weight of state 1 among hidden unit :math:`j`'s two states, ``core.weights`` over
+    :math:`\{0, c_j + W_{:j}^\top v\}`: the posterior over the binary edge.
 
     Args:
       v: ``(n_visible,)`` or ``(N, n_visible)``.
@@ -563,9 +559,8 @@ def grad_log_likelihood(params: Params, v) -> Params:
         \nabla_\theta \frac1N \sum_n \ln q(v_n)
           = -\frac1N \sum_n \nabla_\theta F(v_n) + \sum_{v} q(v)\, \nabla_\theta F(v),
 
-    the model expectation taken exactly over all :math:`2^{n_\text{visible}}`
-    visible states. (The notes write the loss :math:`L = -\ln q`, whose
-    gradient is the negative of this.) For small RBMs only.
+    the model expectation taken exactly over all :math:`2^{n_\text{visible}}` visible states. (The notes write the
+    loss :math:`L = -\ln q`, whose gradient is the negative of this.) For small RBMs only.
 
     Args:
       params: :class:`Params`.
@@ -585,9 +580,8 @@ def grad_log_likelihood(params: Params, v) -> Params:
 def gibbs_transition_matrix(params: Params) -> Array:
     r"""The one-sweep block-Gibbs kernel on visible states, :math:`T[v, v'] = \sum_h P(h \mid v) P(v' \mid h)`.
 
-    Rows and columns index :func:`binary_states` ``(n_visible)``; rows sum to
-    one and the stationary distribution is the model marginal :math:`q(v)`.
-    For small RBMs (``n_visible``, ``n_hidden`` <= 14).
+    Rows and columns index :func:`binary_states` ``(n_visible)``; rows sum to one and the stationary distribution is
+    the model marginal :math:`q(v)`. For small RBMs (``n_visible``, ``n_hidden`` <= 14).
 
     Returns:
       ``(2**n_visible, 2**n_visible)``.
@@ -615,9 +609,8 @@ def grad_cd_expected(params: Params, v, n_gibbs_steps: int) -> Params:
         \mathbb E[\hat g_k] = -\frac1N \sum_n \nabla_\theta F(v_n)
            + \sum_{v'} (p_\text{data} T^k)(v')\, \nabla_\theta F(v'),
 
-    with :math:`T` from :func:`gibbs_transition_matrix`. At :math:`k = 0` it is
-    zero; as :math:`k \to \infty`, :math:`p_\text{data} T^k \to q` and it tends
-    to :func:`grad_log_likelihood`.
+    with :math:`T` from :func:`gibbs_transition_matrix`. At :math:`k = 0` it is zero; as :math:`k \to \infty`,
+    :math:`p_\text{data} T^k \to q` and it tends to :func:`grad_log_likelihood`.
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
@@ -678,9 +671,8 @@ def _cd_gradient_any_k(W, b, c, v, key, k, n_keys):
 def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
     r"""CD-k estimate of the log-likelihood gradient (ascent direction), §23.8.
 
-    Positive phase: clamp the data and use :math:`P(h = 1 \mid v)`; negative
-    phase: run ``k`` block-Gibbs sweeps from the data to :math:`v_k` and use
-    :math:`P(h = 1 \mid v_k)` (the notes' :math:`\sigma(vW + c)`):
+    Positive phase: clamp the data and use :math:`P(h = 1 \mid v)`; negative phase: run ``k`` block-Gibbs sweeps
+    from the data to :math:`v_k` and use :math:`P(h = 1 \mid v_k)` (the notes' :math:`\sigma(vW + c)`):
 
     .. math::
 
@@ -751,11 +743,10 @@ def fit(
 ) -> core.FitResult:
     r"""Train by CD-k (:math:`k` = ``n_gibbs_steps``) with an optax optimizer (§23.8).
 
-    Each epoch shuffles the data, splits it into ``N // batch_size``
-    minibatches (the remainder is dropped for that epoch) and takes one
-    optimizer step per minibatch on the negated :func:`grad_cd` (optax descends; CD is an
-    ascent direction): ``optax.sgd(eta)`` gives the notes' :math:`\theta \leftarrow \theta + \eta \hat g_k`.
-    Jitted; ``lax.scan`` over epochs and minibatches.
+    Each epoch shuffles the data, splits it into ``N // batch_size`` minibatches (the remainder is dropped for that
+    epoch) and takes one optimizer step per minibatch on the negated :func:`grad_cd` (optax descends; CD is an
+    ascent direction): ``optax.sgd(eta)`` gives the notes' :math:`\theta \leftarrow \theta + \eta \hat g_k`. Jitted;
+    ``lax.scan`` over epochs and minibatches.
 
     Args:
       params: initial :class:`Params` (e.g. from :func:`init_params`).
@@ -769,27 +760,30 @@ def fit(
       opt_state: state from a previous call, or ``None``.
 
     Returns:
-      :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
-      ``energies``, ``(n_epochs,)``, the mean free energy :math:`F(v)` (:func:`energy`) of the
-      training data after each epoch (CD-k does not descend it exactly: it is
-      a diagnostic); ``n_iter = n_epochs``; ``converged = None`` (a fixed
-      number of epochs); ``extras`` a :class:`FitExtras`.
+      :class:`~lse_energy.core.FitResult`: the trained :class:`Params`; ``energies``, ``(n_epochs,)``, the mean free
+      energy :math:`F(v)` (:func:`energy`) of the training data after each epoch (CD-k does not descend it exactly:
+      it is a diagnostic); ``n_iter = n_epochs``; ``converged = None`` (a fixed number of epochs); ``extras`` a
+      :class:`FitExtras`.
 
     Raises:
-      ValueError: on bad arguments, or when training diverged (non-finite
-        parameters or diagnostics; with ``monitor`` the message names the first
-        epoch).
+      ValueError: on bad arguments, or when training diverged (non-finite parameters or diagnostics; with
+        ``monitor`` the message names the first epoch).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import rbm
+      >>> x = (jax.random.uniform(jax.random.key(0), (16, 6)) < 0.5).astype(float)  # 16 binary rows
+      >>> params = rbm.init_params(6, 4, key=jax.random.key(1), data=x, dtype=float)  # b: the data's log-odds
+      >>> result = rbm.fit(params, x, key=jax.random.key(2), optimizer=optax.sgd(0.1), n_epochs=2, batch_size=8)
+      >>> result.params.W.shape, result.energies.shape
+      ((6, 4), (2,))
     """
     W, b, c = _check_params(params)
     x = _check_layer(x, W.shape[0], "x", W.dtype, binary=True)
     if x.ndim != 2:
         raise ValueError(f"x must have shape (N, {W.shape[0]}); got {x.shape}")
-    _validate.optimizer(optimizer)
-    n_epochs = _validate.count("n_epochs", n_epochs, 1)
-    batch_size = _validate.count("batch_size", batch_size, 1)
+    n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0])
     k = _validate.count("n_gibbs_steps", n_gibbs_steps, 1)
-    if batch_size > x.shape[0]:
-        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
     _validate.flag("monitor", monitor)
     params = Params(W, b, c)
     if opt_state is None:

@@ -386,7 +386,7 @@ def get(name: str) -> Model:
 
 
 # ---------------------------------------------------------------------------
-# The two fit families (CONTRIBUTING, "Fits"; checked by tests/contracts/test_registry.py)
+# The two fit families (CONTRIBUTING, "Module shape"; checked by tests/contracts/test_registry.py)
 # ---------------------------------------------------------------------------
 
 #: Closed-form / EM fits, ``fit(x, n_components, *, key, max_iter, tol, ...)``: the data, the

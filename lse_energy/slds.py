@@ -235,6 +235,14 @@ def energy(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       Scalar energy, built on :func:`lse_energy.core.energy`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> params = slds.Params(jnp.ones(1), jnp.eye(2)[None], jnp.zeros((1, 2)), jnp.eye(2)[None])
+      >>> x = jnp.zeros((3, 2))  # stays put, as the one mode predicts: ln(2 pi) per transition
+      >>> slds.sim(params, x).shape, round(float(slds.energy(params, x)), 3)
+      ((2, 1), 3.676)
     """
     return core.energy(sim(params, x, normalised=normalised))
 
@@ -597,6 +605,16 @@ def fit(
     Raises:
       ValueError: invalid arguments, or every restart broke down (a mode lost
         all its responsibility, giving non-finite parameters).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (30, 2)), axis=0)  # a random walk
+      >>> slds.init_params(x, 2, key=jax.random.key(1)).A.shape
+      (2, 2, 2)
+      >>> result = slds.fit(x, 2, key=jax.random.key(1), max_iter=5, n_init=1)
+      >>> bool(result.energies[-1] <= result.energies[0])
+      True
     """
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)

@@ -32,13 +32,11 @@ Contents, in the order of the spine:
 Sign conventions: every ``grad_*`` returns :math:`\partial E/\partial(\cdot)`; the seed
 prints :math:`-\partial E/\partial(\cdot)`.
 
-Input dtypes. Tokens ``x``, slots ``mu``, the projections ``params.w_k`` and
-``params.w_q``, the assignment matrix ``a`` and the ``points`` of
-:func:`fourier_features` are continuous and must have a floating dtype: an
-integer or boolean array (even a one-hot assignment) raises ``ValueError``
-naming it (cast explicitly). Counts (``n_steps``, ``n_slots``, ...) are
-Python integers; scalar hyperparameters (``lam``, ``step``, ``prox``,
-``lengthscale``) may be any finite real number.
+Input dtypes. Tokens ``x``, slots ``mu``, the projections ``params.w_k`` and ``params.w_q``, the assignment matrix
+``a`` and the ``points`` of :func:`fourier_features` are continuous and must have a floating dtype: an integer or
+boolean array (even a one-hot assignment) raises ``ValueError`` naming it (cast explicitly). Counts (``n_steps``,
+``n_slots``, ...) are Python integers; scalar hyperparameters (``lam``, ``step``, ``prox``, ``lengthscale``) may be
+any finite real number.
 """
 
 from __future__ import annotations
@@ -176,10 +174,9 @@ def attention(params: Params, x, mu) -> Array:
 def energy(params: Params, x, mu) -> Array:
     r"""Slot-attention energy, eq. (12): :math:`-\sum_j \ln \sum_i \exp s_{ji}`.
 
-    Built on ``core.energy`` with children = tokens and parents = slots. Note that it
-    is *concave* in the slots (a log-sum-exp of linear functions, negated) and in
-    :math:`B = W_K^\top W_Q`, so it has no minimum: scaling the slots by :math:`t \to
-    \infty` sends it to :math:`-\infty` whenever :math:`\sum_j \max_i s_{ji} > 0`.
+    Built on ``core.energy`` with children = tokens and parents = slots. Note that it is *concave* in the slots (a
+    log-sum-exp of linear functions, negated) and in :math:`B = W_K^\top W_Q`, so it has no minimum: scaling the
+    slots by :math:`t \to \infty` sends it to :math:`-\infty` whenever :math:`\sum_j \max_i s_{ji} > 0`.
 
     Args:
       params: :class:`Params`.
@@ -188,6 +185,14 @@ def energy(params: Params, x, mu) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> params = slot_attention.Params(jnp.ones((2, 3)), jnp.zeros((2, 2)))  # W_Q = 0: every s_ji = 0
+      >>> x, mu = jnp.ones((5, 3)), jnp.ones((3, 2))  # 5 tokens, 3 slots
+      >>> slot_attention.sim(params, x, mu).shape, round(float(slot_attention.energy(params, x, mu)), 3)  # -5 ln 3
+      ((5, 3), -5.493)
     """
     params, x, mu = _check(params, x, mu)
     return core.energy(_sim(params, x, mu))
@@ -307,10 +312,9 @@ def gradient_step(params: Params, x, mu, *, step: float, lam: float = 0.0) -> Ar
 
     .. math:: \mu_i \leftarrow \mu_i - \eta\,\bigl(\lambda\mu_i + \partial E/\partial \mu_i\bigr)
 
-    Descent guarantees (proved in the chapter): with ``lam=0`` this descends the
-    concave eq. (12) for *every* ``step > 0``, by at least :math:`\eta\|\nabla E\|^2`, and
-    diverges (eq. 12 has no minimum); with ``lam > 0`` it descends the bounded
-    :math:`F_\lambda` for :math:`0 < \eta \le 2/\lambda`.
+    Descent guarantees (proved in the chapter): with ``lam=0`` this descends the concave eq. (12) for *every*
+    ``step > 0``, by at least :math:`\eta\|\nabla E\|^2`, and diverges (eq. 12 has no minimum); with ``lam > 0`` it
+    descends the bounded :math:`F_\lambda` for :math:`0 < \eta \le 2/\lambda`.
 
     Returns:
       ``(S, d_mu)`` updated slots.
@@ -435,11 +439,9 @@ def m_step_w_q(params: Params, x, mu, a) -> Array:
     .. math:: W_Q = \Bigl(\sum_{j,i} A_{ji}\, W_K x_j \mu_i^\top\Bigr)
                     \Bigl(\sum_{j,i} A_{ji}\, \mu_i \mu_i^\top\Bigr)^{+}
 
-    The seed writes an inverse; :math:`\sum A_{ji}\mu_i\mu_i^\top` has rank at most
-    :math:`S`, so it is singular whenever :math:`S < d_\mu`. The Moore-Penrose
-    pseudo-inverse gives the minimum-norm minimiser, and still zeroes
-    :math:`\partial L/\partial W_Q` (the rows of :math:`C_{x\mu}` lie in the span of the
-    slots).
+    The seed writes an inverse; :math:`\sum A_{ji}\mu_i\mu_i^\top` has rank at most :math:`S`, so it is singular
+    whenever :math:`S < d_\mu`. The Moore-Penrose pseudo-inverse gives the minimum-norm minimiser, and still zeroes
+    :math:`\partial L/\partial W_Q` (the rows of :math:`C_{x\mu}` lie in the span of the slots).
 
     Returns:
       ``(h, d_mu)`` new :math:`W_Q`.
@@ -482,12 +484,10 @@ def procrustes_w_q(params: Params, x, mu, a, *, prox: float = 0.0) -> Array:
 
     For orthogonal :math:`W`, :math:`\|W\mu_i\| = \|\mu_i\|`, so
     :math:`L = \text{const} - 2\,\mathrm{tr}(W^\top W_K C_{x\mu})` and
-    :math:`\|W - W_Q\|^2 = 2 d_\mu - 2\,\mathrm{tr}(W^\top W_Q)`: the bracket is
-    linear in :math:`W` and the polar factor maximises it. ``prox`` :math:`=\rho = 0`
-    is plain Procrustes (not unique when :math:`W_K C_{x\mu}` is rank deficient, e.g.
-    :math:`S < d`); any :math:`\rho > 0` makes it unique and still never increases
-    :math:`L` (nor eq. 12 when :math:`W_K` is orthogonal; see :func:`fit`). The norm is
-    pinned, so nothing can collapse.
+    :math:`\|W - W_Q\|^2 = 2 d_\mu - 2\,\mathrm{tr}(W^\top W_Q)`: the bracket is linear in :math:`W` and the polar
+    factor maximises it. ``prox`` :math:`=\rho = 0` is plain Procrustes (not unique when :math:`W_K C_{x\mu}` is
+    rank deficient, e.g. :math:`S < d`); any :math:`\rho > 0` makes it unique and still never increases :math:`L`
+    (nor eq. 12 when :math:`W_K` is orthogonal; see :func:`fit`). The norm is pinned, so nothing can collapse.
 
     Returns:
       ``(h, d_mu)`` with orthonormal columns (needs ``h >= d_mu``).
@@ -534,12 +534,10 @@ def _alternate(params, x, mu, a, n_steps):
 def unconstrained_m_steps(params: Params, x, mu, a, *, n_steps: int):
     r"""Alternate the two §9 closed forms (:math:`W_Q`, then :math:`W_K`) at fixed :math:`A, \mu`.
 
-    This is block-coordinate descent on :func:`surrogate`, so :math:`L` never
-    increases, but :math:`L \ge 0 = L(0, 0)`: the iterates shrink towards the trivial
-    minimiser. One sweep maps :math:`W_K \mapsto W_K T` with
-    :math:`T = C_{x\mu} C_{\mu\mu}^{+} C_{\mu x} C_{xx}^{+}`, whose eigenvalues are
-    squared (weighted) canonical correlations between tokens and slots, all
-    :math:`\le 1`.
+    This is block-coordinate descent on :func:`surrogate`, so :math:`L` never increases, but
+    :math:`L \ge 0 = L(0, 0)`: the iterates shrink towards the trivial minimiser. One sweep maps
+    :math:`W_K \mapsto W_K T` with :math:`T = C_{x\mu} C_{\mu\mu}^{+} C_{\mu x} C_{xx}^{+}`, whose eigenvalues are
+    squared (weighted) canonical correlations between tokens and slots, all :math:`\le 1`.
 
     Returns:
       ``(params, MStepTrace)``: final maps and ``(n_steps + 1,)`` traces.
@@ -613,23 +611,19 @@ def fit(
 ):
     r"""EM for slot attention with :math:`W_K` held fixed (the fix of the §9 collapse).
 
-    Each iteration runs ``n_e_steps`` CCCP slot updates (:func:`cccp_step`, descending
-    :math:`F_\lambda` at fixed maps), then updates :math:`W_Q` at the new
-    :math:`A, \mu` with :math:`W_K` fixed:
+    Each iteration runs ``n_e_steps`` CCCP slot updates (:func:`cccp_step`, descending :math:`F_\lambda` at fixed
+    maps), then updates :math:`W_Q` at the new :math:`A, \mu` with :math:`W_K` fixed:
 
-    * ``m_step="procrustes"``: :func:`procrustes_w_q` (``prox`` :math:`=\rho`).
-      Needs :math:`W_Q` with orthonormal columns on entry. The step minimises
-      :math:`L` over orthogonal :math:`W_Q`, and because :math:`L` restricted to that
-      group is the same linear functional of :math:`W_Q` that majorises the concave
-      eq. (12), it never increases :math:`F_\lambda` either: the whole loop is
-      monotone descent on :math:`F_\lambda`.
+    * ``m_step="procrustes"``: :func:`procrustes_w_q` (``prox`` :math:`=\rho`). Needs :math:`W_Q` with orthonormal
+      columns on entry. The step minimises :math:`L` over orthogonal :math:`W_Q`, and because :math:`L` restricted
+      to that group is the same linear functional of :math:`W_Q` that majorises the concave eq. (12), it never
+      increases :math:`F_\lambda` either: the whole loop is monotone descent on :math:`F_\lambda`.
     * ``m_step="least_squares"``: :func:`m_step_w_q`, the §9 closed form. It minimises
       :math:`L` exactly, but :math:`L` is not :math:`F_\lambda`, so the loop has no
       Lyapunov function (the chapter shows it failing to converge).
 
-    Fixing :math:`W_K` loses no expressiveness for eq. (12), which depends only on
-    :math:`W_K^\top W_Q`, and removes the direction along which the unconstrained
-    alternation shrinks to zero.
+    Fixing :math:`W_K` loses no expressiveness for eq. (12), which depends only on :math:`W_K^\top W_Q`, and removes
+    the direction along which the unconstrained alternation shrinks to zero.
 
     ``progress=True`` shows a ``tqdm.auto`` bar of the EM iterations (the
     compiled loop reports to the host every 1/50 of the run; with the bar,
@@ -637,16 +631,22 @@ def fit(
     ``lse_energy._progress``).
 
     Returns:
-      :class:`~lse_energy.core.FitResult`: the fitted :class:`Params`;
-      ``energies``, ``(n_steps + 1,)``, :math:`F_\lambda` before the first
-      iteration and after each M-step; ``n_iter = n_steps``;
-      ``converged = None`` (a fixed number of iterations); ``extras`` a
-      :class:`FitExtras` with the slots and the step-by-step traces.
+      :class:`~lse_energy.core.FitResult`: the fitted :class:`Params`; ``energies``, ``(n_steps + 1,)``,
+      :math:`F_\lambda` before the first iteration and after each M-step; ``n_iter = n_steps``; ``converged = None``
+      (a fixed number of iterations); ``extras`` a :class:`FitExtras` with the slots and the step-by-step traces.
 
     Raises:
-      ValueError: on bad arguments, or when the run diverged (a non-finite
-        parameter, slot or trace entry; the message names the first EM
-        iteration where the trace is not finite).
+      ValueError: on bad arguments, or when the run diverged (a non-finite parameter, slot or trace entry; the
+        message names the first EM iteration where the trace is not finite).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> params = slot_attention.Params(jax.random.normal(jax.random.key(0), (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(jax.random.key(1), (6, 4)), jax.random.normal(jax.random.key(2), (2, 2))
+      >>> result = slot_attention.fit(params, x, mu, n_steps=3)  # W_Q has orthonormal columns, as required
+      >>> result.energies.shape, bool(result.energies[-1] <= result.energies[0])  # monotone descent on F_lambda
+      ((4,), True)
     """
     params, x, mu = _check(params, x, mu)
     for name, v in (("n_steps", n_steps), ("n_e_steps", n_e_steps)):
@@ -763,10 +763,9 @@ def blob_scene(
 ):
     r"""A 2-D scene of isotropic Gaussian blobs ("objects").
 
-    Centres are uniform on :math:`[-1, 1]^2`, redrawn (by vectorised rejection over
-    ``n_candidates`` candidate sets) until all pairwise distances are at least
-    ``min_separation``; each blob has ``n_per_blob`` points with standard deviation
-    ``std``.
+    Centres are uniform on :math:`[-1, 1]^2`, redrawn (by vectorised rejection over ``n_candidates`` candidate sets)
+    until all pairwise distances are at least ``min_separation``; each blob has ``n_per_blob`` points with standard
+    deviation ``std``.
 
     Returns:
       ``(points, labels, centres)``: ``(n_blobs * n_per_blob, 2)``, ``(n_blobs *

@@ -72,6 +72,16 @@ def energy(mu, x, w, *, prior: str = "hopfield") -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      Latents at the origin have no node cost and weigh every edge alike:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import structural
+      >>> mu, x, w = jnp.zeros((2, 2)), jnp.ones((3, 4)), jnp.ones((2, 4))  # m = 2, n = 3
+      >>> hopfield, slot = structural.energy(mu, x, w), structural.energy(mu, x, w, prior="slot")
+      >>> round(float(hopfield), 3), round(float(slot), 3)  # -2 ln 3 and -3 ln 2
+      (-2.197, -2.079)
     """
     mu, x, w = _check_structural(mu, x, w, prior)
     return _free_energy_inner(mu, x, w, prior)

@@ -25,25 +25,19 @@ is a log-sum-exp over samples (:func:`iwae_bound`, built on
 :func:`lse_energy.core.logsumexp`), increasing in :math:`K`, with
 :math:`\mathrm{IWAE}_1 = \mathrm{ELBO}` and limit :math:`\ln p(x)`.
 
-Where the package's energy appears. With the standard normal prior of the
-notes the VAE loss has no log-sum-exp over parents (the KL term is the closed
-form :func:`gaussian_kl`). With a Gaussian-mixture prior
-:math:`p(z) = \sum_k \pi_k \mathcal N(z; m_k, S_k)` (:class:`MixturePrior`,
-diagonal :math:`S_k`), the prior term of the loss is exactly the book's energy
-with the latent codes as *children* and the mixture components as *parents*,
-:math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, S_k)`
-(:func:`sim`, :func:`energy`), and its gradient is the
-softmax-weighted sum of sim-gradients (:func:`grad_energy`). This is the
-GMM energy of chapter 02 applied to the codes; it is computed here with
-:func:`lse_energy.core.energy`, not through ``lse_energy.gmm``.
+Where the package's energy appears. With the standard normal prior of the notes the VAE loss has no log-sum-exp over
+parents (the KL term is the closed form :func:`gaussian_kl`). With a Gaussian-mixture prior
+:math:`p(z) = \sum_k \pi_k \mathcal N(z; m_k, S_k)` (:class:`MixturePrior`, diagonal :math:`S_k`), the prior term of
+the loss is exactly the book's energy with the latent codes as *children* and the mixture components as *parents*,
+:math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, S_k)` (:func:`sim`, :func:`energy`), and its
+gradient is the softmax-weighted sum of sim-gradients (:func:`grad_energy`). This is the GMM energy of chapter 02
+applied to the codes; it is computed here with :func:`lse_energy.core.energy`, not through ``lse_energy.gmm``.
 
-On the notes as transcribed: §21 writes :math:`p(x) = \mathbb E_{z\sim q}[p(x|z)]`
-and inserts :math:`q(z)/q(z)`; the identity needs the weight :math:`p(z)/q(z)`
-(:func:`linear_gaussian_log_weights` and the chapter check it). The KL is
-printed as :math:`-\mathbb E_q[q \ln(q/p)]` (an extra :math:`q` and a sign);
-the code uses :math:`\mathbb E_q[\ln(q/p)]`. The closed form
-:math:`\tfrac12(\sigma^2+\mu^2-\ln\sigma^2-1)` is right per coordinate, summed
-over coordinates.
+On the notes as transcribed: §21 writes :math:`p(x) = \mathbb E_{z\sim q}[p(x|z)]` and inserts :math:`q(z)/q(z)`;
+the identity needs the weight :math:`p(z)/q(z)` (:func:`linear_gaussian_log_weights` and the chapter check it). The
+KL is printed as :math:`-\mathbb E_q[q \ln(q/p)]` (an extra :math:`q` and a sign); the code uses
+:math:`\mathbb E_q[\ln(q/p)]`. The closed form :math:`\tfrac12(\sigma^2+\mu^2-\ln\sigma^2-1)` is right per
+coordinate, summed over coordinates.
 
 Shapes: data ``x`` is ``(N, d_x)``, codes ``z`` are ``(N, d_z)``; encoder
 outputs are ``(N, d_z)``; per-example quantities are ``(N,)``.
@@ -236,9 +230,15 @@ def init_params(
 ) -> Params:
     r"""Glorot-scaled Gaussian weights, zero biases; a mixture prior when ``n_components`` is given.
 
-    The prior (:func:`init_prior`) gets uniform weights, means drawn from
-    :math:`\mathcal N(0, I)` and unit scales. ``dtype`` defaults to the default float
-    (float64 with x64 on, else float32).
+    The prior (:func:`init_prior`) gets uniform weights, means drawn from :math:`\mathcal N(0, I)` and unit scales.
+    ``dtype`` defaults to the default float (float64 with x64 on, else float32).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))  # d_x = 6, d_z = 2, H = 4; prior N(0, I)
+      >>> params.enc_W.shape, params.mu_W.shape, params.prior is None
+      ((6, 4), (4, 2), True)
     """
     d_x = _validate.count("n_visible", n_visible)
     d_z = _validate.count("n_latent", n_latent)
@@ -400,6 +400,14 @@ def energy(prior: MixturePrior, z) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> prior = vae.MixturePrior(jnp.zeros(1), jnp.zeros((1, 2)), jnp.zeros((1, 2)))  # one component, N(0, I)
+      >>> z = jnp.zeros((3, 2))  # three codes at its mean: 3 ln(2 pi)
+      >>> vae.sim(prior, z).shape, round(float(vae.energy(prior, z)), 3)
+      ((3, 1), 5.514)
     """
     return core.energy(sim(prior, z))
 
@@ -649,12 +657,10 @@ def fit(
     r"""Train a VAE by the procedure of §21: encode, sample :math:`z = \mu + \epsilon\odot\sigma`, KL, decode,
     reconstruction loss, a gradient step on the combined loss (:func:`loss`).
 
-    Minibatches are reshuffled with ``key`` every epoch (a last partial batch is
-    dropped); one code per example per step. The gradient is ``jax.grad`` of
-    :func:`loss` (through the reparameterised sample); with a mixture prior in
-    ``params.prior`` it includes the softmax-weighted prior-energy gradient of
-    :func:`grad_energy` and the prior is learned too. Jitted, nested
-    ``lax.scan``.
+    Minibatches are reshuffled with ``key`` every epoch (a last partial batch is dropped); one code per example per
+    step. The gradient is ``jax.grad`` of :func:`loss` (through the reparameterised sample); with a mixture prior in
+    ``params.prior`` it includes the softmax-weighted prior-energy gradient of :func:`grad_energy` and the prior is
+    learned too. Jitted, nested ``lax.scan``.
 
     Args:
       params: initial :class:`Params`.
@@ -680,6 +686,15 @@ def fit(
 
     Raises:
       ValueError: on bad arguments, or when training diverged (the message names the first epoch).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0), n_components=3)  # d_x = 6, d_z = 2, H = 4, K = 3
+      >>> x = (jax.random.uniform(jax.random.key(1), (8, 6)) < 0.5).astype(float)  # binary data
+      >>> result = vae.fit(params, x, key=jax.random.key(2), optimizer=optax.adam(1e-2), n_epochs=2, batch_size=4)
+      >>> result.params.prior.means.shape, result.energies.shape
+      ((3, 2), (2,))
     """
     params = _check_params(params)
     decoder = _check_decoder(decoder)
@@ -688,11 +703,7 @@ def fit(
         raise ValueError(f"x must have the dtype of params ({params.enc_W.dtype}); got {x.dtype}")
     if decoder == "bernoulli":
         _check_unit_data(x)
-    _validate.optimizer(optimizer)
-    n_epochs = _validate.count("n_epochs", n_epochs)
-    batch_size = _validate.count("batch_size", batch_size)
-    if batch_size > x.shape[0]:
-        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
+    n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0])
     obs_scale = jnp.asarray(_validate.positive("obs_scale", obs_scale), x.dtype)
     n_samples = _validate.count("n_samples", n_samples)
     if n_samples > 1 and kl_weight != 1:

@@ -155,6 +155,13 @@ def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float =
 
     ``n_classes = 1`` builds the binary score :math:`f: X \to \mathbb R` of §25.1.
     ``dtype`` defaults to the default floating dtype (float64 with x64 enabled).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))  # d = 4, H = 3, K = 2
+      >>> params.W1.shape, adversarial.logits(params, jnp.ones((5, 4))).shape
+      ((4, 3), (5, 2))
     """
     dtype = jnp.result_type(float) if dtype is None else dtype
     n_in, n_hidden = _validate.count("n_in", n_in), _validate.count("n_hidden", n_hidden)
@@ -200,6 +207,16 @@ def example_losses(params: Params, x, y) -> Array:
     ``y``: ``(N,)`` integer labels (the notes' :math:`t`). The log-partition is
     :func:`lse_energy.core.logsumexp` of the logits: the book's energy with the
     opposite sign (§24's error :math:`E(f(x;\theta), t)`).
+
+    Examples:
+      With zero hidden-to-logit weights every logit is 0, so each loss is :math:`\ln K`:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))  # d = 4, H = 3, K = 3
+      >>> flat = params._replace(W2=jnp.zeros((3, 3)))
+      >>> [round(v, 3) for v in adversarial.example_losses(flat, jnp.ones((2, 4)), jnp.array([0, 2])).tolist()]
+      [1.099, 1.099]
     """
     params = _check_params(params)
     _check_multiclass(params, "example_losses")

@@ -345,15 +345,23 @@ def fit(
 
     Raises:
       ValueError: on bad arguments, or when training diverged.
+
+    Examples:
+      TRADES training for two epochs of two minibatches:
+
+      >>> import jax, jax.numpy as jnp, optax
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
+      >>> x, y = jax.random.normal(jax.random.key(1), (8, 4)), jnp.arange(8) % 3
+      >>> opts = dict(optimizer=optax.sgd(0.1), n_epochs=2, batch_size=4, trades_weight=1.0, epsilon=0.1)
+      >>> result = adversarial.fit(params, x, y, key=jax.random.key(2), **opts)
+      >>> result.energies.shape, result.extras.batch_losses.shape
+      ((2,), (2, 2))
     """
     params = _check_params(params)
     x = _check_x(params, x)
     y = _check_y(params, y, x.shape[0])
-    _validate.optimizer(optimizer)
-    n_epochs = _validate.count("n_epochs", n_epochs)
-    batch_size = _validate.count("batch_size", batch_size)
-    if batch_size > x.shape[0]:
-        raise ValueError(f"batch_size must be <= N = {x.shape[0]}; got {batch_size}")
+    n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0])
     trades_weight = _validate.nonnegative("trades_weight", trades_weight)
     epsilon = _validate.positive("epsilon", epsilon)
     n_inner_steps = _validate.count("n_inner_steps", n_inner_steps)

@@ -187,6 +187,13 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
 
     Returns:
       :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> gmm.init_params(x, 3, key=jax.random.key(1)).covariances.shape
+      (3, 2, 2)
     """
     x = _check_x(x)
     K = _check_components(n_components, x.shape[0])
@@ -360,6 +367,19 @@ def fit(
         the iteration, and suggests a larger ``reg_covar``). A fit never
         returns NaN parameters. Under an outer ``jax.jit`` nothing can be
         raised; call ``fit`` outside ``jit``.
+
+    Examples:
+      Two well-separated blobs, five EM steps:
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> centres = jnp.repeat(jnp.array([[-4.0, 0.0], [4.0, 0.0]]), 20, axis=0)
+      >>> x = centres + jax.random.normal(jax.random.key(0), (40, 2))
+      >>> result = gmm.fit(x, 2, key=jax.random.key(1), max_iter=5)
+      >>> result.params.means.shape, result.n_iter <= 5
+      ((2, 2), True)
+      >>> bool(result.energies[-1] < result.energies[0])
+      True
     """
     if chunk_rows is not None or _rows.is_streamed(x):
         stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)

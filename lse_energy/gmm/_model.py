@@ -171,6 +171,13 @@ def sim(params: Params, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(N, K)`` array; ``sim[i, k] = ln pi_k + ln N(x_i | mu_k, Sigma_k)``
       when ``normalised``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(jnp.full(2, 0.5), jnp.zeros((2, 3)), jnp.stack([jnp.eye(3)] * 2))
+      >>> gmm.sim(params, jnp.ones((4, 3))).shape
+      (4, 2)
     """
     params = check_params(params)
     x = _check_x(x, params.means.shape[1])
@@ -193,6 +200,15 @@ def energy(params: Params, x) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      One standard Gaussian in 2-d, one point at its mean: :math:`E = \ln 2\pi`.
+
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None])
+      >>> round(float(gmm.energy(params, jnp.zeros((1, 2)))), 3)
+      1.838
     """
     return core.energy(sim(params, x, normalised=True))
 
