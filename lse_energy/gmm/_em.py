@@ -222,12 +222,7 @@ def _initial(means, cov) -> Params:
 
 
 def _check_components(n_components, N: int) -> int:
-    try:
-        K = operator.index(n_components)
-    except TypeError:
-        raise ValueError(f"n_components must be an integer; got {n_components!r}") from None
-    if K < 1:
-        raise ValueError(f"n_components must be >= 1; got {K}")
+    K = _validate.count("n_components", n_components)  # bools are not counts
     if K > N:
         raise ValueError(f"n_components must be <= N = {N} (number of rows of x); got {K}")
     return K
