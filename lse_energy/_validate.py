@@ -123,6 +123,35 @@ def count(name: str, value, low: int = 1) -> int:
     return int(value)
 
 
+def simplex(name: str, w) -> None:
+    """Concrete ``w`` (``(K,)``, finite) is strictly positive and sums to 1 within ``sqrt(eps)`` of its dtype."""
+    if not is_concrete(w):
+        return
+    a = np.asarray(w, np.float64)
+    if np.any(a <= 0):
+        raise ValueError(f"{name} must be strictly positive (ln of each enters sim)")
+    if abs(a.sum() - 1.0) > math.sqrt(float(jnp.finfo(jnp.asarray(w).dtype).eps)):
+        raise ValueError(f"{name} must sum to 1; they sum to {a.sum():.12g}")
+
+
+def spd_stack(name: str, s) -> None:
+    """Concrete ``s`` (``(K, d, d)``, finite): each matrix symmetric (asymmetry at most ``sqrt(eps)`` of its
+    largest entry) and positive definite (it has a Cholesky factor); the message names the first bad one."""
+    if not is_concrete(s):
+        return
+    c = np.asarray(s, np.float64)
+    tol = math.sqrt(float(jnp.finfo(jnp.asarray(s).dtype).eps))
+    scale = np.maximum(np.abs(c).max(axis=(1, 2)), np.finfo(np.float64).tiny)
+    asym = np.abs(c - np.swapaxes(c, 1, 2)).max(axis=(1, 2)) / scale
+    if np.any(asym > tol):
+        raise ValueError(f"{name}[{int(np.argmax(asym > tol))}] is not symmetric")
+    for k in range(c.shape[0]):
+        try:
+            np.linalg.cholesky(c[k])
+        except np.linalg.LinAlgError:
+            raise ValueError(f"{name}[{k}] is not positive definite") from None
+
+
 def flag(name: str, value) -> bool:
     """A ``bool`` (NumPy's included); integers such as ``1`` are refused."""
     if not isinstance(value, (bool, np.bool_)):

@@ -139,14 +139,8 @@ def _check_params(params, d: int | None = None) -> Params:
         for name, v in (("weights", wn), ("A", A), ("b", b), ("covariances", Sn)):
             if not np.all(np.isfinite(np.asarray(v))):
                 raise ValueError(f"params.{name} must be finite")
-        if np.any(wn <= 0):
-            raise ValueError("params.weights must be strictly positive")
-        if abs(float(wn.sum()) - 1.0) > 1e-6:
-            raise ValueError(f"params.weights must sum to 1; they sum to {float(wn.sum()):.8g}")
-        if not np.allclose(Sn, np.swapaxes(Sn, -1, -2), rtol=1e-8, atol=1e-12):
-            raise ValueError("params.covariances must be symmetric")
-        if np.any(np.linalg.eigvalsh(Sn) <= 0):
-            raise ValueError("params.covariances must be positive definite")
+        _validate.simplex("params.weights", w)
+        _validate.spd_stack("params.covariances", S)
     return Params(w, A, b, S)
 
 

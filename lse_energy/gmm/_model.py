@@ -87,21 +87,8 @@ def check_params(params) -> Params:
         for name, a in (("weights", w), ("means", m), ("covariances", c)):
             if not np.all(np.isfinite(a)):
                 raise ValueError(f"params.{name} must be finite")
-        if np.any(w <= 0):
-            raise ValueError("params.weights must be strictly positive (ln pi_k enters sim)")
-        tol = math.sqrt(float(jnp.finfo(weights.dtype).eps))
-        if abs(w.sum() - 1.0) > tol:
-            raise ValueError(f"params.weights must sum to 1; they sum to {w.sum():.12g}")
-        scale = np.maximum(np.abs(c).max(axis=(1, 2)), np.finfo(np.float64).tiny)
-        asym = np.abs(c - np.swapaxes(c, 1, 2)).max(axis=(1, 2)) / scale
-        if np.any(asym > tol):
-            k = int(np.argmax(asym))
-            raise ValueError(f"params.covariances[{k}] is not symmetric")
-        for k in range(K):
-            try:
-                np.linalg.cholesky(c[k])
-            except np.linalg.LinAlgError:
-                raise ValueError(f"params.covariances[{k}] is not positive definite") from None
+        _validate.simplex("params.weights", weights)
+        _validate.spd_stack("params.covariances", covariances)
     return Params(weights, means, covariances)
 
 

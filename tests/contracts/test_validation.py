@@ -609,6 +609,31 @@ CASES: list[Case] = [
         "zero_components",
     ),
     C(gmm.fit, "K", gmm_fit, lambda a: dict(n_components=0), r"n_components must be an integer >= 1", "zero"),
+    # one simplex rule (_validate.simplex) for gmm and slds: positive, sums to 1 within sqrt(eps)
+    C(
+        gmm.energy,
+        "domain",
+        gmm_energy,
+        lambda a: dict(params=a["params"]._replace(weights=a["params"].weights * (1 + 1e-7))),
+        r"params.weights must sum to 1",
+        "weights_off_simplex",
+    ),
+    C(
+        slds.energy,
+        "domain",
+        slds_energy,
+        lambda a: dict(params=a["params"]._replace(weights=a["params"].weights * (1 + 1e-7))),
+        r"params.weights must sum to 1",
+        "weights_off_simplex",
+    ),
+    C(
+        slds.energy,
+        "domain",
+        slds_energy,
+        lambda a: dict(params=a["params"]._replace(weights=a["params"].weights.at[0].set(0.0))),
+        r"params.weights must be strictly positive",
+        "zero_weight",
+    ),
     C(gmm.fit, "dtype", gmm_fit, lambda a: dict(n_components=True), r"n_components must be an integer", "bool_K"),
     C(
         gmm.init_params,
@@ -677,7 +702,7 @@ CASES: list[Case] = [
         "pd",
         slds_energy,
         lambda a: dict(params=a["params"]._replace(covariances=a["params"].covariances.at[1].set(-jnp.eye(2)))),
-        r"params.covariances must be positive definite",
+        r"params.covariances\[1\] is not positive definite",
         "negative_definite",
     ),
     C(
@@ -685,7 +710,7 @@ CASES: list[Case] = [
         "pd",
         slds_energy,
         lambda a: dict(params=a["params"]._replace(covariances=a["params"].covariances.at[0, 1, 0].set(0.4))),
-        r"params.covariances must be symmetric",
+        r"params.covariances\[0\] is not symmetric",
         "asymmetric",
     ),
     C(
@@ -693,7 +718,7 @@ CASES: list[Case] = [
         "pd",
         slds_energy,
         lambda a: dict(params=a["params"]._replace(covariances=a["params"].covariances.at[0].set(jnp.ones((2, 2))))),
-        r"params.covariances must be positive definite",
+        r"params.covariances\[0\] is not positive definite",
         "singular",
     ),
     C(
