@@ -56,6 +56,10 @@ submodules are private.
 
 from __future__ import annotations
 
+from typing import Any  # noqa: F401 (annotations of the re-exported NamedTuples, see Array)
+
+import jax
+
 from lse_energy.adversarial._attacks import (
     Ascent,
     FitExtras,
@@ -85,6 +89,10 @@ from lse_energy.adversarial._trades import (
     softplus_surrogate,
     trades_loss,
 )
+
+# The re-exported NamedTuples annotate their fields with ``Array``; autodoc resolves those
+# annotations in this module (their __module__), so the name must exist here too.
+Array = jax.Array
 
 __all__ = [
     "Ascent",

@@ -46,6 +46,8 @@ drivers (the jitted fast path, :func:`fit`, :func:`em`, the streamed fit) are in
 
 from __future__ import annotations
 
+import jax
+
 from lse_energy.gmm._em import em, em_step, fit, init_params, m_step, streamed_fit, sufficient_statistics
 from lse_energy.gmm._model import (
     Params,
@@ -60,6 +62,10 @@ from lse_energy.gmm._model import (
     seed_energy,
     sim,
 )
+
+# The re-exported NamedTuples annotate their fields with ``Array``; autodoc resolves those
+# annotations in this module (their __module__), so the name must exist here too.
+Array = jax.Array
 
 __all__ = [
     "Params",
