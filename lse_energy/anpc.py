@@ -245,7 +245,9 @@ def sim(params: Params, x, precisions=None, *, activation: str = "tanh") -> Arra
       >>> from lse_energy import anpc
       >>> adjacency = jnp.array([[False, True], [True, False]])
       >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
-      >>> s = anpc.sim(params, jnp.array([1.0, 2.0]), activation="linear")  # eps_01 = 1 - 2, eps_10 = 2 - 1
+      >>> s = anpc.sim(
+      ...     params, jnp.array([1.0, 2.0]), activation="linear"
+      ... )  # eps_01 = 1 - 2, eps_10 = 2 - 1
       >>> s.shape, float(s[0, 1]), float(s[1, 0])
       ((2, 2), -0.5, -0.5)
     """
@@ -339,7 +341,9 @@ def energy(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import anpc
-      >>> adjacency = jnp.array([[False, True, True], [True, False, False], [False, False, False]])
+      >>> adjacency = jnp.array(
+      ...     [[False, True, True], [True, False, False], [False, False, False]]
+      ... )
       >>> params = anpc.Params(jnp.zeros((3, 3)), jnp.zeros((3, 3)), adjacency)
       >>> round(float(anpc.energy(params, jnp.zeros(3))), 3)  # -ln 2
       -0.693

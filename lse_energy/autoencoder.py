@@ -150,7 +150,10 @@ def init_params(d: int, n_hidden: int, *, key: Array, scale: float = 0.1, dtype=
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import autoencoder
       >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
-      >>> params.W.shape, autoencoder.reconstruct(params, jnp.ones((5, 4)), "tanh").shape
+      >>> (
+      ...     params.W.shape,
+      ...     autoencoder.reconstruct(params, jnp.ones((5, 4)), "tanh").shape,
+      ... )
       ((2, 4), (5, 4))
     """
     d = _validate.count("d", d, 1)
@@ -217,7 +220,9 @@ def reconstruct(params: Params, x, activation: str = "linear") -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import autoencoder
-      >>> params = autoencoder.Params(jnp.array([[1.0, 0.0, 0.0]]), jnp.zeros(1), jnp.zeros(3))  # k = 1, d = 3
+      >>> params = autoencoder.Params(
+      ...     jnp.array([[1.0, 0.0, 0.0]]), jnp.zeros(1), jnp.zeros(3)
+      ... )  # k = 1, d = 3
       >>> autoencoder.reconstruct(params, jnp.array([[2.0, 5.0, 7.0]])).tolist()
       [[2.0, 0.0, 0.0]]
     """

@@ -468,7 +468,9 @@ def sim(data, schedule, x, t) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import diffusion
       >>> schedule = diffusion.linear_schedule(10, 1e-3, 0.2)
-      >>> diffusion.sim(jnp.ones((4, 2)), schedule, jnp.zeros((3, 2)), jnp.array([1, 5, 10])).shape  # (B, N)
+      >>> diffusion.sim(
+      ...     jnp.ones((4, 2)), schedule, jnp.zeros((3, 2)), jnp.array([1, 5, 10])
+      ... ).shape  # (B, N)
       (3, 4)
     """
     return _ideal_sim(*_check_ideal(data, schedule, x, t))

@@ -258,7 +258,9 @@ def energy(params: Params, counts) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import embedding
       >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
-      >>> round(float(embedding.energy(params, jnp.ones((4, 4)))), 3)  # -16 ln 4: 16 pairs
+      >>> round(
+      ...     float(embedding.energy(params, jnp.ones((4, 4)))), 3
+      ... )  # -16 ln 4: 16 pairs
       -22.181
     """
     U, V = _check_params(params)
@@ -726,9 +728,13 @@ def fit(
     Examples:
       >>> import jax, jax.numpy as jnp, optax
       >>> from lse_energy import embedding
-      >>> counts = embedding.cooccurrence(jnp.array([0, 1, 2, 3, 0, 1, 2, 3]), 4, window=1)  # a ring
+      >>> counts = embedding.cooccurrence(
+      ...     jnp.array([0, 1, 2, 3, 0, 1, 2, 3]), 4, window=1
+      ... )  # a ring
       >>> params = embedding.init_params(4, 2, key=jax.random.key(0))
-      >>> result = embedding.fit(params, counts, optimizer=optax.adam(0.1), n_steps=10)
+      >>> result = embedding.fit(
+      ...     params, counts, optimizer=optax.adam(0.1), n_steps=10
+      ... )
       >>> result.energies.shape, bool(result.energies[-1] < result.energies[0])
       ((10,), True)
     """

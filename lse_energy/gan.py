@@ -268,8 +268,17 @@ def init_params(
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gan
-      >>> params = gan.init_params(2, 3, key=jax.random.key(0), generator_hidden=(8,), discriminator_hidden=(8,))
-      >>> [w.shape for w in params.generator.weights], gan.generate(params, jnp.ones((5, 2))).shape
+      >>> params = gan.init_params(
+      ...     2,
+      ...     3,
+      ...     key=jax.random.key(0),
+      ...     generator_hidden=(8,),
+      ...     discriminator_hidden=(8,),
+      ... )
+      >>> (
+      ...     [w.shape for w in params.generator.weights],
+      ...     gan.generate(params, jnp.ones((5, 2))).shape,
+      ... )
       ([(2, 8), (8, 3)], (5, 3))
     """
     noise_dim = _validate.count("noise_dim", noise_dim, 1)
@@ -402,9 +411,12 @@ def energy(params: Params, x, z) -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gan
-      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,), discriminator_hidden=())
-      >>> blind = params._replace(discriminator=gan.MLP((jnp.zeros((2, 1)),), (jnp.zeros(1),)))
-      >>> round(float(gan.energy(blind, jnp.ones((3, 2)), jnp.ones((4, 2)))), 3)  # (3 + 4) ln(1/2)
+      >>> key = jax.random.key(0)
+      >>> params = gan.init_params(2, 2, key=key, generator_hidden=(3,))
+      >>> blind = gan.MLP((jnp.zeros((2, 1)),), (jnp.zeros(1),))  # D = 1/2
+      >>> params = params._replace(discriminator=blind)
+      >>> x, z = jnp.ones((3, 2)), jnp.ones((4, 2))
+      >>> round(float(gan.energy(params, x, z)), 3)  # -(3 + 4) ln(1/2)
       -4.852
     """
     return _energy(*_xz(params, x, z))
@@ -676,9 +688,22 @@ def fit(
     Examples:
       >>> import jax, jax.numpy as jnp, optax
       >>> from lse_energy import gan
-      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(8,), discriminator_hidden=(8,))
-      >>> x = gan.sample_mixture(gan.ring_centers(4), 0.1, 64, key=jax.random.key(1))  # a ring of 4 modes
-      >>> opts = dict(d_optimizer=optax.sgd(0.05), g_optimizer=optax.sgd(0.05), n_steps=5, batch_size=16)
+      >>> params = gan.init_params(
+      ...     2,
+      ...     2,
+      ...     key=jax.random.key(0),
+      ...     generator_hidden=(8,),
+      ...     discriminator_hidden=(8,),
+      ... )
+      >>> x = gan.sample_mixture(
+      ...     gan.ring_centers(4), 0.1, 64, key=jax.random.key(1)
+      ... )  # a ring of 4 modes
+      >>> opts = dict(
+      ...     d_optimizer=optax.sgd(0.05),
+      ...     g_optimizer=optax.sgd(0.05),
+      ...     n_steps=5,
+      ...     batch_size=16,
+      ... )
       >>> result = gan.fit(params, x, key=jax.random.key(2), **opts)
       >>> result.energies.shape, result.extras.fake_prob.shape
       ((5,), (5,))

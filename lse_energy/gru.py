@@ -161,7 +161,9 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gru
-      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))  # D = 3, H = 4, K = 2
+      >>> params = gru.init_params(
+      ...     3, 4, 2, key=jax.random.key(0)
+      ... )  # D = 3, H = 4, K = 2
       >>> gru.param_count(params), gru.logits(params, jnp.ones((6, 5, 3))).shape
       (106, (6, 2))
     """
@@ -605,10 +607,21 @@ def min_gru(params: MinParams, xs, *, method: str = "parallel") -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gru
-      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))  # D = 3, H = 4, K = 2
-      >>> xs = jax.random.normal(jax.random.key(1), (2, 5, 3))  # B = 2 sequences of N = 5 steps
+      >>> params = gru.init_min_params(
+      ...     3, 4, 2, key=jax.random.key(0)
+      ... )  # D = 3, H = 4, K = 2
+      >>> xs = jax.random.normal(
+      ...     jax.random.key(1), (2, 5, 3)
+      ... )  # B = 2 sequences of N = 5 steps
       >>> h = gru.min_gru(params, xs)
-      >>> h.shape, bool(jnp.allclose(h, gru.min_gru(params, xs, method="sequential"), atol=1e-5))
+      >>> (
+      ...     h.shape,
+      ...     bool(
+      ...         jnp.allclose(
+      ...             h, gru.min_gru(params, xs, method="sequential"), atol=1e-5
+      ...         )
+      ...     ),
+      ... )
       ((2, 5, 4), True)
     """
     params = _check_minparams(params)
@@ -732,7 +745,15 @@ def fit(
       >>> from lse_energy import gru
       >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
       >>> x, y = jax.random.normal(jax.random.key(1), (8, 5, 3)), jnp.arange(8) % 2
-      >>> result = gru.fit(params, x, y, key=jax.random.key(2), optimizer=optax.adam(1e-2), n_epochs=2, batch_size=4)
+      >>> result = gru.fit(
+      ...     params,
+      ...     x,
+      ...     y,
+      ...     key=jax.random.key(2),
+      ...     optimizer=optax.adam(1e-2),
+      ...     n_epochs=2,
+      ...     batch_size=4,
+      ... )
       >>> result.energies.shape, result.extras.train_accuracy.shape
       ((2,), (2,))
     """

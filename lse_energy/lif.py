@@ -80,7 +80,9 @@ def rate(currents, *, tau_rc: float = 0.02, tau_ref: float = 0.002, threshold: f
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import lif
-      >>> [round(r, 2) for r in lif.rate(jnp.array([0.5, 1.0, 2.0])).tolist()]  # 1 / (2 ms + 20 ms ln 2)
+      >>> [
+      ...     round(r, 2) for r in lif.rate(jnp.array([0.5, 1.0, 2.0])).tolist()
+      ... ]  # 1 / (2 ms + 20 ms ln 2)
       [0.0, 0.0, 63.04]
     """
     j = _validate.float_array("currents", currents)

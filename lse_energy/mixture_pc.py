@@ -288,8 +288,12 @@ def energy(params: Params, x, mu) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import mixture_pc
-      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))  # f: R^2 -> R^3
-      >>> flat = params._replace(W2=jnp.zeros((3, 4)))  # f = 0: every sim is -|x|^2 / 2 = -1.5
+      >>> params = mixture_pc.init_params(
+      ...     2, 4, 3, key=jax.random.key(0)
+      ... )  # f: R^2 -> R^3
+      >>> flat = params._replace(
+      ...     W2=jnp.zeros((3, 4))
+      ... )  # f = 0: every sim is -|x|^2 / 2 = -1.5
       >>> x, mu = jnp.ones((5, 3)), jnp.zeros((3, 2))  # 5 points, 3 latent causes
       >>> round(float(mixture_pc.energy(flat, x, mu)), 3)  # 5 (1.5 - ln 3)
       2.007
@@ -604,7 +608,11 @@ def fit(
       >>> x, mu0 = jax.random.normal(jax.random.key(1), (6, 3)), jnp.zeros((2, 2))
       >>> steps = dict(n_steps=3, n_infer_steps=2, n_learn_steps=2)
       >>> result = mixture_pc.fit(params, x, mu0, optimizer=optax.sgd(0.01), **steps)
-      >>> result.energies.shape, result.extras.mu.shape, bool(result.energies[-1] < result.energies[0])
+      >>> (
+      ...     result.energies.shape,
+      ...     result.extras.mu.shape,
+      ...     bool(result.energies[-1] < result.energies[0]),
+      ... )
       ((4,), (2, 2), True)
     """
     params, x, mu0 = _check_mixture(params, x, mu0, "mu0")

@@ -364,11 +364,17 @@ def energy(params: Params, xs, precisions=None) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import pcn
-      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))  # layer sizes 2 -> 3 -> 2
-      >>> xs = pcn.forward(params, jnp.ones((4, 2)))  # the feed-forward pass meets every prediction
+      >>> params = pcn.init_params(
+      ...     (2, 3, 2), key=jax.random.key(0)
+      ... )  # layer sizes 2 -> 3 -> 2
+      >>> xs = pcn.forward(
+      ...     params, jnp.ones((4, 2))
+      ... )  # the feed-forward pass meets every prediction
       >>> bool(pcn.energy(params, xs) < 1e-6)  # F = 0 up to round-off
       True
-      >>> round(float(pcn.energy(params, (xs[0], xs[1], xs[2] + 1.0))), 3)  # 4 examples x 2 units x 1/2
+      >>> round(
+      ...     float(pcn.energy(params, (xs[0], xs[1], xs[2] + 1.0))), 3
+      ... )  # 4 examples x 2 units x 1/2
       4.0
     """
     params, xs, prec = _setup(params, xs, precisions)
@@ -672,10 +678,18 @@ def fit(
       >>> import jax, jax.numpy as jnp, optax
       >>> from lse_energy import pcn
       >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
-      >>> x, y = jax.random.normal(jax.random.key(1), (8, 2)), jax.nn.one_hot(jnp.arange(8) % 2, 2)
-      >>> opts = dict(optimizer=optax.sgd(0.1), n_epochs=3, batch_size=4, n_infer_steps=5)
+      >>> x, y = (
+      ...     jax.random.normal(jax.random.key(1), (8, 2)),
+      ...     jax.nn.one_hot(jnp.arange(8) % 2, 2),
+      ... )
+      >>> opts = dict(
+      ...     optimizer=optax.sgd(0.1), n_epochs=3, batch_size=4, n_infer_steps=5
+      ... )
       >>> result = pcn.fit(params, x, y, key=jax.random.key(2), **opts)
-      >>> result.energies.shape, result.extras.loss.shape  # per epoch; per epoch and minibatch
+      >>> (
+      ...     result.energies.shape,
+      ...     result.extras.loss.shape,
+      ... )  # per epoch; per epoch and minibatch
       ((3,), (3, 2))
     """
     params = _check_params(params)

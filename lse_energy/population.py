@@ -496,7 +496,10 @@ def sim(counts, expected_counts) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import population
       >>> expected = jnp.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
-      >>> [round(s, 3) for s in population.sim(jnp.array([2.0, 0.0, 1.0]), expected).tolist()]  # 0 - 3, 3 ln 2 - 6
+      >>> [
+      ...     round(s, 3)
+      ...     for s in population.sim(jnp.array([2.0, 0.0, 1.0]), expected).tolist()
+      ... ]  # 0 - 3, 3 ln 2 - 6
       [-3.0, -3.921]
     """
     n, f = _counts_rates(counts, expected_counts)
@@ -515,9 +518,13 @@ def energy(counts, expected_counts) -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import population
-      >>> expected = jnp.ones((2, 3))  # G = 2 stimuli, N = 3 neurons, one spike each on average
+      >>> expected = jnp.ones(
+      ...     (2, 3)
+      ... )  # G = 2 stimuli, N = 3 neurons, one spike each on average
       >>> counts = jnp.array([[2.0, 0.0, 1.0], [1.0, 1.0, 1.0]])  # M = 2 responses
-      >>> round(float(population.energy(counts, expected)), 3)  # every sim is -3: 2 (3 - ln 2)
+      >>> round(
+      ...     float(population.energy(counts, expected)), 3
+      ... )  # every sim is -3: 2 (3 - ln 2)
       4.614
     """
     s = sim(counts, expected_counts)

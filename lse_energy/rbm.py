@@ -284,8 +284,8 @@ def energy(params: Params, v) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import rbm
-      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))  # no couplings, no biases
-      >>> f = rbm.energy(params, jnp.array([[1, 0, 1], [0, 0, 0]]))  # two binary rows: -2 softplus(0) each
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))
+      >>> f = rbm.energy(params, jnp.array([[1, 0, 1], [0, 0, 0]]))  # -2 ln 2
       >>> f.shape, [round(v, 3) for v in f.tolist()]
       ((2,), [-1.386, -1.386])
     """
@@ -772,10 +772,12 @@ def fit(
     Examples:
       >>> import jax, jax.numpy as jnp, optax
       >>> from lse_energy import rbm
-      >>> x = (jax.random.uniform(jax.random.key(0), (16, 6)) < 0.5).astype(float)  # 16 binary rows
-      >>> params = rbm.init_params(6, 4, key=jax.random.key(1), data=x, dtype=float)  # b: the data's log-odds
-      >>> result = rbm.fit(params, x, key=jax.random.key(2), optimizer=optax.sgd(0.1), n_epochs=2, batch_size=8)
-      >>> result.params.W.shape, result.energies.shape
+      >>> key = jax.random.key(0)
+      >>> x = (jax.random.uniform(key, (16, 6)) < 0.5).astype(float)  # binary
+      >>> params = rbm.init_params(6, 4, key=key, data=x, dtype=float)
+      >>> sgd = optax.sgd(0.1)
+      >>> r = rbm.fit(params, x, key=key, optimizer=sgd, n_epochs=2, batch_size=8)
+      >>> r.params.W.shape, r.energies.shape
       ((6, 4), (2,))
     """
     W, b, c = _check_params(params)

@@ -188,10 +188,10 @@ def energy(params: Params, x, mu) -> Array:
 
     Examples:
       >>> import jax, jax.numpy as jnp
-      >>> from lse_energy import slot_attention
-      >>> params = slot_attention.Params(jnp.ones((2, 3)), jnp.zeros((2, 2)))  # W_Q = 0: every s_ji = 0
-      >>> x, mu = jnp.ones((5, 3)), jnp.ones((3, 2))  # 5 tokens, 3 slots
-      >>> slot_attention.sim(params, x, mu).shape, round(float(slot_attention.energy(params, x, mu)), 3)  # -5 ln 3
+      >>> from lse_energy import slot_attention as sa
+      >>> p = sa.Params(jnp.ones((2, 3)), jnp.zeros((2, 2)))  # W_Q = 0: s = 0
+      >>> x, mu = jnp.ones((5, 3)), jnp.ones((3, 2))  # 5 tokens, 3 slots: -5 ln 3
+      >>> sa.sim(p, x, mu).shape, round(float(sa.energy(p, x, mu)), 3)
       ((5, 3), -5.493)
     """
     params, x, mu = _check(params, x, mu)
@@ -641,11 +641,12 @@ def fit(
 
     Examples:
       >>> import jax, jax.numpy as jnp
-      >>> from lse_energy import slot_attention
-      >>> params = slot_attention.Params(jax.random.normal(jax.random.key(0), (3, 4)), jnp.eye(3)[:, :2])
-      >>> x, mu = jax.random.normal(jax.random.key(1), (6, 4)), jax.random.normal(jax.random.key(2), (2, 2))
-      >>> result = slot_attention.fit(params, x, mu, n_steps=3)  # W_Q has orthonormal columns, as required
-      >>> result.energies.shape, bool(result.energies[-1] <= result.energies[0])  # monotone descent on F_lambda
+      >>> from lse_energy import slot_attention as sa
+      >>> k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+      >>> p = sa.Params(jax.random.normal(k0, (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(k1, (6, 4)), jax.random.normal(k2, (2, 2))
+      >>> e = sa.fit(p, x, mu, n_steps=3).energies  # F_lambda, never rising
+      >>> e.shape, bool(e[-1] <= e[0])
       ((4,), True)
     """
     params, x, mu = _check(params, x, mu)

@@ -78,8 +78,15 @@ def energy(mu, x, w, *, prior: str = "hopfield") -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import structural
-      >>> mu, x, w = jnp.zeros((2, 2)), jnp.ones((3, 4)), jnp.ones((2, 4))  # m = 2, n = 3
-      >>> hopfield, slot = structural.energy(mu, x, w), structural.energy(mu, x, w, prior="slot")
+      >>> mu, x, w = (
+      ...     jnp.zeros((2, 2)),
+      ...     jnp.ones((3, 4)),
+      ...     jnp.ones((2, 4)),
+      ... )  # m = 2, n = 3
+      >>> hopfield, slot = (
+      ...     structural.energy(mu, x, w),
+      ...     structural.energy(mu, x, w, prior="slot"),
+      ... )
       >>> round(float(hopfield), 3), round(float(slot), 3)  # -2 ln 3 and -3 ln 2
       (-2.197, -2.079)
     """

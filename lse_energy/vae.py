@@ -236,7 +236,7 @@ def init_params(
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import vae
-      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))  # d_x = 6, d_z = 2, H = 4; prior N(0, I)
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))  # prior N(0, I)
       >>> params.enc_W.shape, params.mu_W.shape, params.prior is None
       ((6, 4), (4, 2), True)
     """
@@ -404,7 +404,8 @@ def energy(prior: MixturePrior, z) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import vae
-      >>> prior = vae.MixturePrior(jnp.zeros(1), jnp.zeros((1, 2)), jnp.zeros((1, 2)))  # one component, N(0, I)
+      >>> zero = jnp.zeros((1, 2))
+      >>> prior = vae.MixturePrior(jnp.zeros(1), zero, zero)  # N(0, I)
       >>> z = jnp.zeros((3, 2))  # three codes at its mean: 3 ln(2 pi)
       >>> vae.sim(prior, z).shape, round(float(vae.energy(prior, z)), 3)
       ((3, 1), 5.514)
@@ -690,10 +691,12 @@ def fit(
     Examples:
       >>> import jax, jax.numpy as jnp, optax
       >>> from lse_energy import vae
-      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0), n_components=3)  # d_x = 6, d_z = 2, H = 4, K = 3
-      >>> x = (jax.random.uniform(jax.random.key(1), (8, 6)) < 0.5).astype(float)  # binary data
-      >>> result = vae.fit(params, x, key=jax.random.key(2), optimizer=optax.adam(1e-2), n_epochs=2, batch_size=4)
-      >>> result.params.prior.means.shape, result.energies.shape
+      >>> key = jax.random.key(0)
+      >>> params = vae.init_params(6, 2, 4, key=key, n_components=3)
+      >>> x = (jax.random.uniform(key, (8, 6)) < 0.5).astype(float)  # binary
+      >>> opt = optax.adam(1e-2)
+      >>> r = vae.fit(params, x, key=key, optimizer=opt, n_epochs=2, batch_size=4)
+      >>> r.params.prior.means.shape, r.energies.shape
       ((3, 2), (2,))
     """
     params = _check_params(params)

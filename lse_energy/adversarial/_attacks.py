@@ -159,7 +159,9 @@ def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float =
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import adversarial
-      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))  # d = 4, H = 3, K = 2
+      >>> params = adversarial.init_params(
+      ...     4, 3, 2, key=jax.random.key(0)
+      ... )  # d = 4, H = 3, K = 2
       >>> params.W1.shape, adversarial.logits(params, jnp.ones((5, 4))).shape
       ((4, 3), (5, 2))
     """
@@ -213,9 +215,16 @@ def example_losses(params: Params, x, y) -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import adversarial
-      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))  # d = 4, H = 3, K = 3
+      >>> params = adversarial.init_params(
+      ...     4, 3, 3, key=jax.random.key(0)
+      ... )  # d = 4, H = 3, K = 3
       >>> flat = params._replace(W2=jnp.zeros((3, 3)))
-      >>> [round(v, 3) for v in adversarial.example_losses(flat, jnp.ones((2, 4)), jnp.array([0, 2])).tolist()]
+      >>> [
+      ...     round(v, 3)
+      ...     for v in adversarial.example_losses(
+      ...         flat, jnp.ones((2, 4)), jnp.array([0, 2])
+      ...     ).tolist()
+      ... ]
       [1.099, 1.099]
     """
     params = _check_params(params)

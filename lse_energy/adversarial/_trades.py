@@ -353,7 +353,13 @@ def fit(
       >>> from lse_energy import adversarial
       >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
       >>> x, y = jax.random.normal(jax.random.key(1), (8, 4)), jnp.arange(8) % 3
-      >>> opts = dict(optimizer=optax.sgd(0.1), n_epochs=2, batch_size=4, trades_weight=1.0, epsilon=0.1)
+      >>> opts = dict(
+      ...     optimizer=optax.sgd(0.1),
+      ...     n_epochs=2,
+      ...     batch_size=4,
+      ...     trades_weight=1.0,
+      ...     epsilon=0.1,
+      ... )
       >>> result = adversarial.fit(params, x, y, key=jax.random.key(2), **opts)
       >>> result.energies.shape, result.extras.batch_losses.shape
       ((2,), (2, 2))

@@ -162,7 +162,9 @@ def sim(params: Params, x, *, normalised: bool = True) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gmm
-      >>> params = gmm.Params(jnp.full(2, 0.5), jnp.zeros((2, 3)), jnp.stack([jnp.eye(3)] * 2))
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 3)), jnp.stack([jnp.eye(3)] * 2)
+      ... )
       >>> gmm.sim(params, jnp.ones((4, 3))).shape
       (4, 2)
     """
