@@ -123,6 +123,14 @@ def count(name: str, value, low: int = 1) -> int:
     return int(value)
 
 
+def seeds(values) -> np.ndarray:
+    """A non-empty 1-D sequence of integer seeds, as a NumPy array."""
+    arr = np.asarray(values)
+    if arr.ndim != 1 or arr.size == 0 or not np.issubdtype(arr.dtype, np.integer):
+        raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {values!r}")
+    return arr
+
+
 def simplex(name: str, w) -> None:
     """Concrete ``w`` (``(K,)``, finite) is strictly positive and sums to 1 within ``sqrt(eps)`` of its dtype."""
     if not is_concrete(w):

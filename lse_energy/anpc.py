@@ -245,9 +245,8 @@ def sim(params: Params, x, precisions=None, *, activation: str = "tanh") -> Arra
       >>> from lse_energy import anpc
       >>> adjacency = jnp.array([[False, True], [True, False]])
       >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
-      >>> s = anpc.sim(
-      ...     params, jnp.array([1.0, 2.0]), activation="linear"
-      ... )  # eps_01 = 1 - 2, eps_10 = 2 - 1
+      >>> # eps_01 = 1 - 2, eps_10 = 2 - 1
+      >>> s = anpc.sim(params, jnp.array([1.0, 2.0]), activation="linear")
       >>> s.shape, float(s[0, 1]), float(s[1, 0])
       ((2, 2), -0.5, -0.5)
     """

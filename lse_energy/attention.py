@@ -526,9 +526,8 @@ def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import attention
-      >>> params = attention.init_params(
-      ...     3, 2, key=jax.random.key(0)
-      ... )  # d_in = 3, d_k = 2
+      >>> # d_in = 3, d_k = 2
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
       >>> params.wq.shape, attention.self_energy(params, jnp.ones((4, 3))).shape
       ((2, 3), ())
     """

@@ -258,9 +258,8 @@ def energy(params: Params, counts) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import embedding
       >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
-      >>> round(
-      ...     float(embedding.energy(params, jnp.ones((4, 4)))), 3
-      ... )  # -16 ln 4: 16 pairs
+      >>> # -16 ln 4: 16 pairs
+      >>> round(float(embedding.energy(params, jnp.ones((4, 4)))), 3)
       -22.181
     """
     U, V = _check_params(params)

@@ -588,6 +588,7 @@ def _fit(
     data,
     key,
     opt_state,
+    *,
     d_optimizer,
     g_optimizer,
     n_steps,
@@ -695,9 +696,8 @@ def fit(
       ...     generator_hidden=(8,),
       ...     discriminator_hidden=(8,),
       ... )
-      >>> x = gan.sample_mixture(
-      ...     gan.ring_centers(4), 0.1, 64, key=jax.random.key(1)
-      ... )  # a ring of 4 modes
+      >>> # a ring of 4 modes
+      >>> x = gan.sample_mixture(gan.ring_centers(4), 0.1, 64, key=jax.random.key(1))
       >>> opts = dict(
       ...     d_optimizer=optax.sgd(0.05),
       ...     g_optimizer=optax.sgd(0.05),
@@ -727,14 +727,14 @@ def fit(
                 x,
                 key,
                 opt_state,
-                d_optimizer,
-                g_optimizer,
-                n_steps,
-                batch_size,
-                n_discriminator_steps,
-                kind,
-                bool(train_generator),
-                every,
+                d_optimizer=d_optimizer,
+                g_optimizer=g_optimizer,
+                n_steps=n_steps,
+                batch_size=batch_size,
+                n_discriminator_steps=n_discriminator_steps,
+                kind=kind,
+                train_generator=bool(train_generator),
+                report_every=every,
             )
         )
     out = core.FitResult(p, d_trace, n_steps, None, extras)

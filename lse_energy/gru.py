@@ -161,9 +161,8 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gru
-      >>> params = gru.init_params(
-      ...     3, 4, 2, key=jax.random.key(0)
-      ... )  # D = 3, H = 4, K = 2
+      >>> # D = 3, H = 4, K = 2
+      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))
       >>> gru.param_count(params), gru.logits(params, jnp.ones((6, 5, 3))).shape
       (106, (6, 2))
     """
@@ -607,12 +606,10 @@ def min_gru(params: MinParams, xs, *, method: str = "parallel") -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import gru
-      >>> params = gru.init_min_params(
-      ...     3, 4, 2, key=jax.random.key(0)
-      ... )  # D = 3, H = 4, K = 2
-      >>> xs = jax.random.normal(
-      ...     jax.random.key(1), (2, 5, 3)
-      ... )  # B = 2 sequences of N = 5 steps
+      >>> # D = 3, H = 4, K = 2
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
+      >>> # B = 2 sequences of N = 5 steps
+      >>> xs = jax.random.normal(jax.random.key(1), (2, 5, 3))
       >>> h = gru.min_gru(params, xs)
       >>> (
       ...     h.shape,

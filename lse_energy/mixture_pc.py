@@ -288,12 +288,10 @@ def energy(params: Params, x, mu) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import mixture_pc
-      >>> params = mixture_pc.init_params(
-      ...     2, 4, 3, key=jax.random.key(0)
-      ... )  # f: R^2 -> R^3
-      >>> flat = params._replace(
-      ...     W2=jnp.zeros((3, 4))
-      ... )  # f = 0: every sim is -|x|^2 / 2 = -1.5
+      >>> # f: R^2 -> R^3
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> # f = 0: every sim is -|x|^2 / 2 = -1.5
+      >>> flat = params._replace(W2=jnp.zeros((3, 4)))
       >>> x, mu = jnp.ones((5, 3)), jnp.zeros((3, 2))  # 5 points, 3 latent causes
       >>> round(float(mixture_pc.energy(flat, x, mu)), 3)  # 5 (1.5 - ln 3)
       2.007

@@ -114,9 +114,8 @@ def attend(q, k, v, *, variant: str = "paper", beta=None, mask=None) -> Array:
       >>> from lse_energy import multihop
       >>> q, k, v = jnp.zeros((3, 2)), jnp.ones((3, 2)), jnp.ones((3, 4))
       >>> out = multihop.attend(q, k, v)  # the rows of A = P + P^2 sum to 2
-      >>> code = multihop.attend(
-      ...     q, k, v, variant="code"
-      ... )  # (I + P + P^2) / 3: rows sum to 1
+      >>> # (I + P + P^2) / 3: rows sum to 1
+      >>> code = multihop.attend(q, k, v, variant="code")
       >>> out.shape, bool(jnp.allclose(out, 2.0)), bool(jnp.allclose(code, 1.0))
       ((3, 4), True, True)
     """

@@ -364,17 +364,14 @@ def energy(params: Params, xs, precisions=None) -> Array:
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import pcn
-      >>> params = pcn.init_params(
-      ...     (2, 3, 2), key=jax.random.key(0)
-      ... )  # layer sizes 2 -> 3 -> 2
-      >>> xs = pcn.forward(
-      ...     params, jnp.ones((4, 2))
-      ... )  # the feed-forward pass meets every prediction
+      >>> # layer sizes 2 -> 3 -> 2
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> # the feed-forward pass meets every prediction
+      >>> xs = pcn.forward(params, jnp.ones((4, 2)))
       >>> bool(pcn.energy(params, xs) < 1e-6)  # F = 0 up to round-off
       True
-      >>> round(
-      ...     float(pcn.energy(params, (xs[0], xs[1], xs[2] + 1.0))), 3
-      ... )  # 4 examples x 2 units x 1/2
+      >>> # 4 examples x 2 units x 1/2
+      >>> round(float(pcn.energy(params, (xs[0], xs[1], xs[2] + 1.0))), 3)
       4.0
     """
     params, xs, prec = _setup(params, xs, precisions)

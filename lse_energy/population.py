@@ -518,13 +518,11 @@ def energy(counts, expected_counts) -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import population
-      >>> expected = jnp.ones(
-      ...     (2, 3)
-      ... )  # G = 2 stimuli, N = 3 neurons, one spike each on average
+      >>> # G = 2 stimuli, N = 3 neurons, one spike each on average
+      >>> expected = jnp.ones((2, 3))
       >>> counts = jnp.array([[2.0, 0.0, 1.0], [1.0, 1.0, 1.0]])  # M = 2 responses
-      >>> round(
-      ...     float(population.energy(counts, expected)), 3
-      ... )  # every sim is -3: 2 (3 - ln 2)
+      >>> # every sim is -3: 2 (3 - ln 2)
+      >>> round(float(population.energy(counts, expected)), 3)
       4.614
     """
     s = sim(counts, expected_counts)

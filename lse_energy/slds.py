@@ -236,9 +236,8 @@ def energy(params: Params, x, *, normalised: bool = True) -> Array:
       >>> params = slds.Params(
       ...     jnp.ones(1), jnp.eye(2)[None], jnp.zeros((1, 2)), jnp.eye(2)[None]
       ... )
-      >>> x = jnp.zeros(
-      ...     (3, 2)
-      ... )  # stays put, as the one mode predicts: ln(2 pi) per transition
+      >>> # stays put, as the one mode predicts: ln(2 pi) per transition
+      >>> x = jnp.zeros((3, 2))
       >>> slds.sim(params, x).shape, round(float(slds.energy(params, x)), 3)
       ((2, 1), 3.676)
     """
@@ -607,9 +606,8 @@ def fit(
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import slds
-      >>> x = jnp.cumsum(
-      ...     jax.random.normal(jax.random.key(0), (30, 2)), axis=0
-      ... )  # a random walk
+      >>> # a random walk
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (30, 2)), axis=0)
       >>> slds.init_params(x, 2, key=jax.random.key(1)).A.shape
       (2, 2, 2)
       >>> result = slds.fit(x, 2, key=jax.random.key(1), max_iter=5, n_init=1)

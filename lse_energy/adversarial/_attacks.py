@@ -159,9 +159,8 @@ def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float =
     Examples:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import adversarial
-      >>> params = adversarial.init_params(
-      ...     4, 3, 2, key=jax.random.key(0)
-      ... )  # d = 4, H = 3, K = 2
+      >>> # d = 4, H = 3, K = 2
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
       >>> params.W1.shape, adversarial.logits(params, jnp.ones((5, 4))).shape
       ((4, 3), (5, 2))
     """
@@ -215,9 +214,8 @@ def example_losses(params: Params, x, y) -> Array:
 
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import adversarial
-      >>> params = adversarial.init_params(
-      ...     4, 3, 3, key=jax.random.key(0)
-      ... )  # d = 4, H = 3, K = 3
+      >>> # d = 4, H = 3, K = 3
+      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
       >>> flat = params._replace(W2=jnp.zeros((3, 3)))
       >>> [
       ...     round(v, 3)

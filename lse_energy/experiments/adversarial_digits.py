@@ -601,22 +601,12 @@ def binary_summary(doc: dict) -> dict:
 
 
 EXPERIMENTS = [
-    store.Experiment(
-        "adversarial_digits",
-        "19_adversarial",
-        ADV,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
-        _cell,
-        replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    ),
+    store.Experiment("adversarial_digits", "19_adversarial", ADV, store.per_seed, _cell, replay, _RTOL, _ATOL, _REASON),
     store.Experiment(
         "adversarial_digits_gradient",
         "19_adversarial",
         GRAD,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
+        store.per_seed,
         _gradient_cell,
         _gradient_replay,
         _RTOL,
@@ -627,7 +617,7 @@ EXPERIMENTS = [
         "adversarial_digits_binary",
         "19_adversarial",
         BIN,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
+        store.per_seed,
         _binary_cell,
         binary_replay,
         _RTOL,

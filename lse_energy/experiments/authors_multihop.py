@@ -263,24 +263,11 @@ def self_readout_mse(task: Task, *, key, n: int = 100_000, **sizes) -> float:
     return float(np.mean((yv - xq @ u) ** 2))
 
 
-def run(
-    seed: int,
-    *,
-    model: str = "multihop",
-    n_steps: int = 20_000,
-    batch: int = 200,
-    lr: float = 1e-3,
-    weight_decay: float = 2.0,
-    record_every: int = 1000,
-    d: int = 3,
-    n_tokens: int = 5,
-    chain: int = 3,
-    x0_high: float = 10.0,
-    noise: float = 1.0,
-    target: str = "code",
-    n_test: int = 10_000,
-) -> dict:
-    r"""Train ``model`` on the authors' task for one seed; every default is their value.
+def run(seed: int, **settings) -> dict:
+    r"""Train one model on the authors' task for one seed: ``run_seeds([seed], **settings)[0]``.
+
+    ``settings`` are the keywords of :func:`run_seeds` (``model`` and the
+    task, optimiser and test sizes); every default is the authors' value.
 
     The seed fixes the task, the initial parameters and the data stream, and
     they are the same for every model (a paired comparison; the authors train
@@ -298,22 +285,7 @@ def run(
       the query's row on each chain token (``x_0 ...``, ``x_{chain-1}`` is the
       query itself) and on all distractors together; ``params``.
     """
-    return run_seeds(
-        [seed],
-        model=model,
-        n_steps=n_steps,
-        batch=batch,
-        lr=lr,
-        weight_decay=weight_decay,
-        record_every=record_every,
-        d=d,
-        n_tokens=n_tokens,
-        chain=chain,
-        x0_high=x0_high,
-        noise=noise,
-        target=target,
-        n_test=n_test,
-    )[0]
+    return run_seeds([seed], **settings)[0]
 
 
 def run_seeds(
@@ -335,9 +307,7 @@ def run_seeds(
 ) -> list:
     """:func:`run` for several seeds at once (one compiled program vmapped over seeds); a list of its dicts."""
     _check_model(model)
-    seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
-        raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {seeds!r}")
+    seeds = _validate.seeds(seeds)
     n_steps, batch = _validate.count("n_steps", n_steps, 1), _validate.count("batch", batch, 1)
     record_every, n_test = _validate.count("record_every", record_every, 1), _validate.count("n_test", n_test, 2)
     d = _validate.count("d", d, 1)
@@ -648,9 +618,7 @@ def run_fig3(
     """
     if model not in FIG3_MODELS:
         raise ValueError(f"model must be one of {FIG3_MODELS}; got {model!r}")
-    seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
-        raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {seeds!r}")
+    seeds = _validate.seeds(seeds)
     ps = np.asarray(ps, dtype=float)
     if ps.ndim != 1 or ps.size == 0 or not np.all((ps > 0) & (ps < 1)):
         raise ValueError(f"ps must be a non-empty 1-D sequence in (0, 1); got {ps!r}")
@@ -666,22 +634,22 @@ def run_fig3(
     out = _run_fig3(
         keys,
         jnp.asarray(ps, jnp.result_type(float)),
-        model,
-        d,
-        n,
-        n_steps,
-        n_cont,
-        batch,
-        lr,
-        weight_decay,
-        x0_high,
-        noise,
-        n_test,
-        float(alpha0),
-        float(beta0),
-        mass,
-        float(tol),
-        max_iter,
+        model=model,
+        d=d,
+        n=n,
+        n_steps=n_steps,
+        n_cont=n_cont,
+        batch=batch,
+        lr=lr,
+        weight_decay=weight_decay,
+        x0_high=x0_high,
+        noise=noise,
+        n_test=n_test,
+        alpha0=float(alpha0),
+        beta0=float(beta0),
+        mass=mass,
+        tol=float(tol),
+        max_iter=max_iter,
     )
     _validate.require_finite(
         f"authors_multihop.run_fig3 ({model})", out["loss"], steps=jnp.moveaxis(out["loss"], -1, 0), hint="lower lr"
@@ -689,10 +657,15 @@ def run_fig3(
     return {k: np.asarray(v) for k, v in out.items()}
 
 
-@partial(jax.jit, static_argnums=tuple(range(2, 18)))
+_FIG3_STATIC = ("model", "d", "n", "n_steps", "n_cont", "batch", "lr", "weight_decay", "x0_high", "noise", "n_test")
+_FIG3_STATIC += ("alpha0", "beta0", "mass", "tol", "max_iter")
+
+
+@partial(jax.jit, static_argnames=_FIG3_STATIC)
 def _run_fig3(
     keys,
     ps,
+    *,
     model,
     d,
     n,

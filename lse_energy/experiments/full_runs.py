@@ -530,17 +530,7 @@ def authors_fig3_summary(doc: dict) -> dict:
 
 _CH = "09_new_attention_designs"
 EXPERIMENTS = [
-    store.Experiment(
-        "structural_fig2",
-        _CH,
-        FIG2,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
-        _fig2_cell,
-        _fig2_replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    ),
+    store.Experiment("structural_fig2", _CH, FIG2, store.per_seed, _fig2_cell, _fig2_replay, _RTOL, _ATOL, _REASON),
     store.Experiment(
         "structural_fig3",
         _CH,

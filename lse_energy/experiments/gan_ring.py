@@ -411,16 +411,12 @@ def summary_losses(doc: dict) -> dict:
     return out
 
 
-def _seeds(s):
-    return [dict(seed=k) for k in s["seeds"]]
-
-
 def _seed_losses(s):
     return [dict(seed=k, loss=loss) for k in s["seeds"] for loss in s["generator_losses"]]
 
 
 EXPERIMENTS = [
-    store.Experiment("gan_ring", "21_gans", GAN, _seeds, _cell, replay, _RTOL, _ATOL, _REASON),
+    store.Experiment("gan_ring", "21_gans", GAN, store.per_seed, _cell, replay, _RTOL, _ATOL, _REASON),
     store.Experiment(
         "gan_ring_losses", "21_gans", LOSSES, _seed_losses, _cell_losses, replay_losses, _RTOL, _ATOL, _REASON
     ),

@@ -255,22 +255,12 @@ def continuation_summary(doc: dict) -> dict:
 
 
 EXPERIMENTS = [
-    store.Experiment(
-        "gru_digits",
-        "15_gru",
-        SETTINGS,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
-        _cell,
-        _replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    ),
+    store.Experiment("gru_digits", "15_gru", SETTINGS, store.per_seed, _cell, _replay, _RTOL, _ATOL, _REASON),
     store.Experiment(
         "gru_digits_continuation",
         "15_gru",
         CONTINUATION,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
+        store.per_seed,
         _cell_continuation,
         _replay_continuation,
         _RTOL,

@@ -261,7 +261,7 @@ EXPERIMENTS = [
         "mixture_pc_teacher",
         "04_mixture_predictive_coding",
         SETTINGS,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
+        store.per_seed,
         _cell,
         _replay,
         _RTOL,

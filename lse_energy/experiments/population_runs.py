@@ -235,7 +235,7 @@ EXPERIMENTS = [
         "population_scaling",
         "20_population_coding",
         SCALING,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
+        store.per_seed,
         _cell,
         _replay,
         _RTOL,

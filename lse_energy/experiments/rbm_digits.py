@@ -164,15 +164,5 @@ def digits_summary(doc: dict) -> dict:
 
 
 EXPERIMENTS = [
-    store.Experiment(
-        "rbm_digits",
-        "10_rbm",
-        DIGITS,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
-        _cell,
-        _replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    )
+    store.Experiment("rbm_digits", "10_rbm", DIGITS, store.per_seed, _cell, _replay, _RTOL, _ATOL, _REASON),
 ]

@@ -78,6 +78,11 @@ class Experiment:
     x64: bool = True
 
 
+def per_seed(settings: Mapping) -> list:
+    """The cells of an experiment that runs once per seed: ``[{"seed": k} for k in settings["seeds"]]``."""
+    return [dict(seed=k) for k in settings["seeds"]]
+
+
 def cell_key(cell: Mapping) -> str:
     """A stable name for a cell: ``"d=10,model=self"`` (keys sorted)."""
     return ",".join(f"{k}={cell[k]}" for k in sorted(cell))

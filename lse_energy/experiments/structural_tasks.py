@@ -194,6 +194,16 @@ class ToyRun(NamedTuple):
     final: Array
 
 
+def _check_sizes(*, d, rank, **sizes):
+    """Every size a count (``>= 1``, or ``(value, low)``), ``d >= 2`` and ``2 * rank <= d``."""
+    for name, val in sizes.items():
+        _validate.count(name, *(val if isinstance(val, tuple) else (val, 1)))
+    _validate.count("d", d, 2)
+    _validate.count("rank", rank, 1)
+    if 2 * rank > d:
+        raise ValueError(f"rank must satisfy 2 * rank <= d; got rank={rank}, d={d}")
+
+
 def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     opt_state = optimizer.init(params)
 
@@ -211,21 +221,7 @@ def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     return params, losses
 
 
-def run_multihop_experiment(
-    model: str,
-    seeds,
-    *,
-    optimizer,
-    n_steps: int = 400,
-    batch: int = 64,
-    n_nodes: int = 8,
-    d: int = 8,
-    d_k: int = 8,
-    rank: int = 2,
-    strength: float = 3.0,
-    n_test: int = 2048,
-    progress: bool = False,
-) -> ToyRun:
+def run_multihop_experiment(model: str, seeds, **settings) -> ToyRun:
     r"""Train ``model`` on the multi-hop task once per seed (vmapped, jitted).
 
     Each seed draws its own task (:func:`make_multihop_task`), initial
@@ -237,26 +233,15 @@ def run_multihop_experiment(
     Args:
       model: one of :data:`TOY_MODELS`.
       seeds: sequence of integer seeds.
-      optimizer: optax ``GradientTransformation`` (hashable, static).
-      progress: show a ``tqdm.auto`` bar of the optimizer steps (the
-        compiled scan reports to the host every ``n_steps // 50`` steps; the
-        callback changes how XLA fuses the loop body, so results agree with
-        ``progress=False`` to round-off, not bit for bit).
+      settings: the keywords of :func:`run_multihop_experiments`:
+        ``optimizer`` (optax ``GradientTransformation``, hashable, static;
+        required), the task and batch sizes, and ``progress``, which shows a
+        ``tqdm.auto`` bar of the optimizer steps (the compiled scan reports
+        to the host every ``n_steps // 50`` steps; the callback changes how
+        XLA fuses the loop body, so results agree with ``progress=False`` to
+        round-off, not bit for bit).
     """
-    return run_multihop_experiments(
-        (model,),
-        seeds,
-        optimizer=optimizer,
-        n_steps=n_steps,
-        batch=batch,
-        n_nodes=n_nodes,
-        d=d,
-        d_k=d_k,
-        rank=rank,
-        strength=strength,
-        n_test=n_test,
-        progress=progress,
-    )[model]
+    return run_multihop_experiments((model,), seeds, **settings)[model]
 
 
 # The single-head models as one family, A(P) = c_0 I + c_1 P + c_2 P^2 (see hop_matrix).
@@ -296,21 +281,8 @@ def run_multihop_experiments(
     if not models or any(m not in TOY_MODELS for m in models):
         raise ValueError(f"models must be a non-empty sequence of {TOY_MODELS}; got {models!r}")
     _validate.optimizer(optimizer)
-    seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
-        raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {seeds!r}")
-    for name, val, low in (
-        ("n_steps", n_steps, 1),
-        ("batch", batch, 1),
-        ("n_nodes", n_nodes, 3),
-        ("d", d, 2),
-        ("d_k", d_k, 1),
-        ("rank", rank, 1),
-        ("n_test", n_test, 1),
-    ):
-        _validate.count(name, val, low)
-    if 2 * rank > d:
-        raise ValueError(f"rank must satisfy 2 * rank <= d; got rank={rank}, d={d}")
+    seeds = _validate.seeds(seeds)
+    _check_sizes(n_steps=n_steps, batch=batch, n_nodes=(n_nodes, 3), d=d, d_k=d_k, rank=rank, n_test=n_test)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
     args = (optimizer, n_steps, batch, n_nodes, d, d_k, rank, float(strength), n_test)
     out = {}
@@ -524,25 +496,11 @@ def run_expanding_experiment(
     if model not in ("self", "expanding"):
         raise ValueError(f"model must be 'self' or 'expanding'; got {model!r}")
     _validate.optimizer(optimizer)
-    seeds = np.asarray(seeds)
-    if seeds.ndim != 1 or seeds.size == 0 or not np.issubdtype(seeds.dtype, np.integer):
-        raise ValueError(f"seeds must be a non-empty 1-D sequence of integers; got {seeds!r}")
+    seeds = _validate.seeds(seeds)
     ps = np.asarray(ps, dtype=float)
     if ps.ndim != 1 or ps.size == 0 or not np.all((ps > 0) & (ps <= 1)):
         raise ValueError(f"ps must be a non-empty 1-D sequence in (0, 1]; got {ps!r}")
-    for name, val, low in (
-        ("n_steps", n_steps, 1),
-        ("batch", batch, 1),
-        ("n", n, 2),
-        ("d", d, 2),
-        ("d_k", d_k, 1),
-        ("rank", rank, 1),
-        ("n_test", n_test, 1),
-        ("max_iter", max_iter, 0),
-    ):
-        _validate.count(name, val, low)
-    if 2 * rank > d:
-        raise ValueError(f"rank must satisfy 2 * rank <= d; got rank={rank}, d={d}")
+    _check_sizes(n_steps=n_steps, batch=batch, n=(n, 2), d=d, d_k=d_k, rank=rank, n_test=n_test, max_iter=(max_iter, 0))
     _validate.positive("alpha0", alpha0)
     _validate.positive("beta0", beta0)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])

@@ -310,22 +310,12 @@ def summary_continuation(doc: dict) -> dict:
 
 
 EXPERIMENTS = [
-    store.Experiment(
-        "vae_digits",
-        "18_vae",
-        SETTINGS,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
-        _cell,
-        _replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    ),
+    store.Experiment("vae_digits", "18_vae", SETTINGS, store.per_seed, _cell, _replay, _RTOL, _ATOL, _REASON),
     store.Experiment(
         "vae_digits_continuation",
         "18_vae",
         SETTINGS_CONTINUATION,
-        lambda s: [dict(seed=k) for k in s["seeds"]],
+        store.per_seed,
         _cell_continuation,
         _replay_continuation,
         _RTOL,
