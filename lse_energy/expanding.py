@@ -50,7 +50,10 @@ __all__ = [
 
 
 def _check_positive(name, x):
-    if _validate.is_concrete(x):
+    if type(x) in (float, int):  # the common case, without NumPy
+        if not (math.isfinite(x) and x > 0):
+            raise ValueError(f"{name} must be finite and > 0; got {x!r}")
+    elif _validate.is_concrete(x):
         a = np.asarray(x)
         if not np.all(np.isfinite(a)) or not np.all(a > 0):
             raise ValueError(f"{name} must be finite and > 0; got {x!r}")
@@ -316,9 +319,10 @@ def attend(
     Returns:
       :class:`Result`.
     """
-    q = _validate.float_array("q", q, min_ndim=1)
-    k = _validate.float_array("k", k, min_ndim=2)
-    v = _validate.float_array("v", v, min_ndim=2)
+    auto = isinstance(max_window, str) and max_window == "auto"  # its finiteness check is on what it reads
+    q = _float_array("q", q, 1, not auto)
+    k = _float_array("k", k, 2, not auto)
+    v = _float_array("v", v, 2, not auto)
     if k.shape[-1] != q.shape[-1]:
         raise ValueError(f"q and k must share their feature dimension; got q{q.shape}, k{k.shape}")
     if v.shape[-2] != k.shape[-2]:
@@ -340,41 +344,75 @@ def attend(
             raise ValueError("mask[..., 0] must be True: every query needs its nearest key")
     n = k.shape[-2]
     max_window = _check_max_window(max_window, n)
-    a0, b0 = jnp.asarray(alpha0, q.dtype), jnp.asarray(beta0, q.dtype)
+    a0, b0 = _scalar(alpha0, q.dtype), _scalar(beta0, q.dtype)
     kw = dict(eps=eps, tol=float(tol), max_iter=max_iter, scale=scale)
     if max_window is None:
         return _expanding(q, k, v, a0, b0, mask, **kw)
     if max_window != "auto":
-        return _expanding_trunc(
-            q, k, v, a0, b0, mask, _nothing_spent(q.shape[:-1], q.dtype), cap=max_window, stop_on_overflow=False, **kw
-        )
+        return _expanding_trunc(q, k, v, a0, b0, mask, cap=max_window, stop_on_overflow=False, **kw)[0]
     if not _validate.is_concrete(q, k, v, a0, b0):
         raise ValueError(
             'max_window="auto" needs concrete inputs (it chooses the cap on the host); '
             "under jit pass an integer cap or None"
         )
+    key = (
+        "attend",
+        q.shape,
+        k.shape,
+        v.shape,
+        q.dtype,
+        None if mask is None else mask.shape,
+        np.shape(a0),
+        np.shape(b0),
+    )
     return _auto_cap(
-        lambda cap, stop, spent: _expanding_trunc(q, k, v, a0, b0, mask, spent, cap=cap, stop_on_overflow=stop, **kw),
-        _auto_start(alpha0, beta0, eps, n),
+        lambda cap, stop: _expanding_trunc(q, k, v, a0, b0, mask, cap=cap, stop_on_overflow=stop, **kw),
+        key + (eps, kw["tol"], max_iter, scale),
+        lambda: _auto_start(alpha0, beta0, eps, n),
         n,
-        _nothing_spent(q.shape[:-1], q.dtype),
+        ("q", "k", "v"),
     )
 
 
-def _nothing_spent(batch, dtype):
-    # (ops, dots) of no failed attempt, with the shapes of later ones (one compilation per cap).
-    return np.zeros(batch, dtype), np.zeros(batch, np.int32)
+def _float_array(name, x, min_ndim, check_finite):
+    if check_finite:
+        return _validate.float_array(name, x, min_ndim=min_ndim)
+    x = x if isinstance(x, jax.Array) else jnp.asarray(x)  # _validate.float_array's rules but finiteness
+    if x.ndim < min_ndim or not jnp.issubdtype(x.dtype, jnp.floating):
+        _validate.float_array(name, x, min_ndim=min_ndim)  # raises its message before any value check
+    return x
 
 
-def _auto_cap(run, cap, n, spent):
-    """Double ``cap`` until ``run(cap, stop, spent)`` has no overflow; ops and dots include the failed attempts."""
-    while cap < n:
-        res = run(cap, True, spent)  # stops at the first overflow: the attempt is discarded anyway
-        if not np.any(np.asarray(res.overflow)):
-            return res
-        spent = (res.ops, res.dots)
+def _scalar(x, dtype):
+    # A concrete hyper-parameter stays on the host (NumPy) and crosses with the call's arguments.
+    return jnp.asarray(x, dtype) if isinstance(x, jax.core.Tracer) else np.asarray(x, dtype)
+
+
+# (kind, shapes, dtype, options) -> the cap of the last max_window="auto" call with these shapes: its next call
+# starts there instead of at _auto_start. Exactness never rests on it: every attempt reports overflow.
+_CAPS: dict = {}
+
+
+def _auto_cap(run, key, start, n, names):
+    """Double the cap until ``run(cap, stop) = (result, status)`` reports no overflow (``status`` bit 0).
+
+    ``status`` bit 1: a value read by the attempt is not finite (``names``: the inputs, for the message).
+    The first cap is the cached one of ``key`` (else ``start()``); caps are powers of two (or ``n``),
+    so each key compiles at most ``log2 n`` variants. ``ops`` and ``dots`` include the failed attempts.
+    """
+    cap = _CAPS.get(key) or start()
+    spent = None
+    while True:
+        res, status = run(cap, cap < n)  # stops at the first overflow: the attempt is discarded anyway
+        status = int(status)
+        if status & 2:
+            raise ValueError(f"{' and '.join(names)} must be finite (a value read by the first {cap} keys is not)")
+        if not status & 1:
+            break
+        spent = (res.ops, res.dots) if spent is None else (spent[0] + res.ops, spent[1] + res.dots)
         cap = min(2 * cap, n)
-    return run(n, False, spent)
+    _CAPS[key] = cap
+    return res if spent is None else res._replace(ops=res.ops + spent[0], dots=res.dots + spent[1])
 
 
 def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, stop_on_overflow=False):
@@ -383,14 +421,14 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, sto
     Windows are :math:`\min(H(q_t), n)`; a window above ``m`` is clipped to
     ``m`` and flagged in ``overflow`` (impossible when ``m == n``).
     ``loop="scan"`` runs ``max_iter`` frozen-after-convergence steps
-    (reverse-differentiable); ``"while"`` stops when every query has
-    converged (or, with ``stop_on_overflow``, when any query overflowed).
-    Inside the loop step 3 needs only the posterior mean distance
-    :math:`m_t = \sum_i i\,(p_t)_i = \sum_i i\, e_i / \sum_i e_i` with
-    :math:`e_i = \exp(s_i + i \ln(1 - q_t) - c)` on the window (:math:`\ln q_t`
-    and the shift :math:`c` cancel), so the loop skips the normalised
-    weights; the final posterior is ``core.weights`` of the log-prior-biased
-    similarities.
+    (reverse-differentiable); ``"while"`` (:func:`_while_iterations`) stops
+    when every query has converged (or, with ``stop_on_overflow``, when any
+    query overflowed). Inside the loop step 3 needs only the posterior mean
+    distance :math:`m_t = \sum_i i\,(p_t)_i = \sum_i i\, e_i / \sum_i e_i`
+    with :math:`e_i = \exp(s_i + i \ln(1 - q_t) - c)` on the window
+    (:math:`\ln q_t` and the shift :math:`c` cancel), so the loop skips the
+    normalised weights; the final posterior is ``core.weights`` of the
+    log-prior-biased similarities.
     """
     m, dv = sims.shape[-1], v.shape[-1]
     batch = sims.shape[:-1]
@@ -414,51 +452,25 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, sto
     q0 = a / (a + b)
     zeros_i = jnp.zeros(batch, jnp.int32)
     false = jnp.zeros(batch, bool)
-
-    def step(carry):
-        a, b, done, t, hmax, hsum, over = carry
-        qt = a / (a + b)  # 1.
-        h, o = window(qt)
-        a1, b1 = a + 1.0, b + mean_distance(qt, h)  # 2. and 3.
-        conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
-        live = ~done
-        a = jnp.where(live, a1, a)
-        b = jnp.where(live, b1, b)
-        return (
-            a,
-            b,
-            done | conv,
-            t + live,
-            jnp.where(live, jnp.maximum(hmax, h), hmax),
-            hsum + jnp.where(live, h, 0),
-            over | (live & o),
-        )
-
-    init = (a, b, false, zeros_i, zeros_i, zeros_i, false)
     if loop == "scan":
 
-        def scan_step(carry, _):
-            carry = step(carry)
-            return carry, carry[0] / (carry[0] + carry[1])
+        def step(carry, _):
+            a, b, done, t, hmax, hsum, over = carry
+            qt = a / (a + b)  # 1.
+            h, o = window(qt)
+            a1, b1 = a + 1.0, b + mean_distance(qt, h)  # 2. and 3.
+            conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
+            live = ~done
+            a, b = jnp.where(live, a1, a), jnp.where(live, b1, b)
+            hmax = jnp.where(live, jnp.maximum(hmax, h), hmax)
+            carry = (a, b, done | conv, t + live, hmax, hsum + jnp.where(live, h, 0), over | (live & o))
+            return carry, a / (a + b)
 
-        carry, qs = jax.lax.scan(scan_step, init, None, length=max_iter)
+        init = (a, b, false, zeros_i, zeros_i, zeros_i, false)
+        carry, qs = jax.lax.scan(step, init, None, length=max_iter)
         trace = jnp.concatenate([q0[..., None], jnp.moveaxis(qs, 0, -1)], axis=-1)
     else:
-        trace0 = jnp.zeros((max_iter + 1,) + batch, sims.dtype).at[0].set(q0)
-
-        def cond(c):
-            j, carry, _ = c
-            go = (j < max_iter) & ~jnp.all(carry[2])
-            return go & ~(stop_on_overflow & jnp.any(carry[6]))
-
-        def body(c):
-            j, carry, tr = c
-            carry = step(carry)
-            return j + 1, carry, tr.at[j + 1].set(carry[0] / (carry[0] + carry[1]))
-
-        j, carry, trace = jax.lax.while_loop(cond, body, (jnp.asarray(0), init, trace0))
-        qh = carry[0] / (carry[0] + carry[1])
-        trace = jnp.where(jnp.arange(max_iter + 1) > j, qh[..., None], jnp.moveaxis(trace, 0, -1))  # held
+        carry, trace = _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop_on_overflow)
     a, b, done, t, hmax, hsum, over = carry
     qT = a / (a + b)
     h, o = window(qT)
@@ -484,6 +496,109 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, sto
     )
 
 
+_UNROLL = 4
+_VARIADIC = False
+
+
+def _add2(x, y):
+    return x[0] + y[0], x[1] + y[1]
+
+
+def _powers(z, count):
+    """``z ** arange(count)`` along a new last axis by binary powering (a few ulp; no exp or log)."""
+    k = np.arange(count)
+    out = jnp.ones(z.shape + (count,), z.dtype)
+    for bit in range(max(count - 1, 1).bit_length()):
+        out = jnp.where((k >> bit) & 1, out * z[..., None], out)
+        z = z * z
+    return out
+
+
+_TABLE = 8  # block of the power table: z^i = z^(i mod 8) * z^(8 (i div 8))
+
+
+def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
+    r"""The forward-only ``lax.while_loop`` of :func:`_meanfield`, built for few kernels per step.
+
+    The state is one ``(..., 5)`` array :math:`(\alpha_t, \beta_t, \text{done}, T, \text{overflow})`
+    (all exact in floating point) plus the trace; :math:`\max_t H_t` and
+    :math:`\sum_t H_t` are recomputed after the loop from the trace, which
+    holds the very :math:`q_t = \alpha_t / (\alpha_t + \beta_t)` the loop used.
+    The mean distance avoids an ``exp`` per key and step: with
+    :math:`w_i = e^{s_i - c}` (once, :math:`c = \max_i s_i`) and
+    :math:`z = 1 - q_t`, :math:`e_i = w_i z^{i \bmod 8} z^{8 \lfloor i/8 \rfloor}`
+    (``8 + m/8`` exponentials per query and step instead of ``m``). On the
+    window :math:`z^i > \varepsilon` (:math:`i \ln z > (H - 1) \ln z > \ln \varepsilon`),
+    so nothing underflows unless :math:`w_0` does; when some
+    :math:`s_0 - c` is below half the log of the smallest normal number, the
+    loop uses the per-step maximum shift of the dense path instead (a ``lax.cond``).
+    """
+    dt, m, batch = sims.dtype, sims.shape[-1], sims.shape[:-1]
+    nb = -(-m // _TABLE)
+    s = sims if mask is None else jnp.where(mask, sims, -jnp.inf)
+    c = jnp.max(s, axis=-1, keepdims=True)
+    pad = [(0, 0)] * len(batch) + [(0, nb * _TABLE - m)]
+    w = jnp.pad(jnp.exp(s - c), pad).reshape(batch + (nb, _TABLE))
+    idx = jnp.arange(nb * _TABLE, dtype=dt).reshape(nb, _TABLE)
+
+    def table(qt, l, h):
+        lo = _powers(1.0 - qt, _TABLE)  # z^j, j < 8
+        hi = _powers(lo[..., -1] * (1.0 - qt), nb)  # z^(8k)
+        e = jnp.where(idx < h[..., None, None], w * lo[..., None, :] * hi[..., :, None], 0.0)
+        if _VARIADIC:
+            s0, s1 = jax.lax.reduce(
+                (e, idx * e), (jnp.zeros((), dt), jnp.zeros((), dt)), _add2, (e.ndim - 2, e.ndim - 1)
+            )
+            return s1 / s0
+        return jnp.sum(idx * e, axis=(-2, -1)) / jnp.sum(e, axis=(-2, -1))
+
+    dist = jnp.arange(m, dtype=dt)
+
+    def shifted(qt, l, h):  # the dense path's mean distance: shift by the maximum on the window
+        logit = jnp.where(dist < h[..., None], s + dist * l[..., None], -jnp.inf)
+        e = jnp.exp(logit - jnp.max(logit, axis=-1, keepdims=True))
+        return jnp.sum(dist * e, axis=-1) / jnp.sum(e, axis=-1)
+
+    def run(mean_distance):
+        def step(st):
+            a, b, done, t, over = (st[..., i] for i in range(5))
+            qt = a / (a + b)  # 1.
+            h, o = window(qt)
+            a1, b1 = a + 1.0, b + mean_distance(qt, jnp.log1p(-qt), h.astype(dt))  # 2. and 3.
+            conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
+            live = done == 0
+            a, b = jnp.where(live, a1, a), jnp.where(live, b1, b)
+            return jnp.stack([a, b, jnp.where(conv, 1.0, done), t + live, jnp.where(live & o, 1.0, over)], -1)
+
+        def body(c):
+            # _UNROLL steps per loop iteration (the loop's own overhead is several kernels' worth); a step
+            # past max_iter is skipped, and its trace write (clamped to the last slot) rewrites the same q_T.
+            j, st, tr = c
+            for u in range(_UNROLL):
+                st = step(st) if _UNROLL == 1 else jnp.where(j + u < max_iter, step(st), st)
+                tr = jax.lax.dynamic_update_index_in_dim(tr, st[..., 0] / (st[..., 0] + st[..., 1]), j + u + 1, 0)
+            return j + _UNROLL, st, tr
+
+        def cond(c):
+            j, st, _ = c
+            return (j < max_iter) & ~jnp.all(st[..., 2] > 0) & ~(stop & jnp.any(st[..., 4] > 0))
+
+        zero = jnp.zeros(batch, dt)
+        tr0 = jnp.zeros((max_iter + 1,) + batch, dt).at[0].set(a / (a + b))
+        return jax.lax.while_loop(cond, body, (jnp.asarray(0), jnp.stack([a, b, zero, zero, zero], -1), tr0))[1:]
+
+    ok = jnp.all(s[..., 0] - c[..., 0] >= 0.5 * math.log(jnp.finfo(dt).tiny))
+    st, tr = jax.lax.cond(ok, lambda: run(table), lambda: run(shifted))
+    a, b, t = st[..., 0], st[..., 1], st[..., 3].astype(jnp.int32)
+    trace = jnp.where(
+        jnp.arange(max_iter + 1) > t[..., None], (a / (a + b))[..., None], jnp.moveaxis(tr, 0, -1)
+    )  # held
+    h = window(trace[..., :-1])[0]  # H_s of the steps s < T, from the loop's own q_s
+    h = jnp.where(jnp.arange(max_iter) < t[..., None], h, 0)
+    carry = (a, b, st[..., 2] > 0, t, jnp.max(h, axis=-1, initial=0), jnp.sum(h, axis=-1), st[..., 4] > 0)
+    return carry, trace
+
+
 def _add_dot_ops(res, d):
     return res._replace(ops=res.ops + d * res.dots.astype(res.ops.dtype))
 
@@ -497,45 +612,23 @@ def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_iter, scale):
 
 
 @partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_iter"))
-def _expanding_trunc(q, k, v, alpha0, beta0, mask, spent, *, cap, stop_on_overflow, eps, tol, max_iter, scale):
-    n, d = k.shape[-2], k.shape[-1]
-    return _trunc_core(
-        q,
-        k[..., :cap, :],
-        v[..., :cap, :],
-        alpha0,
-        beta0,
-        None if mask is None else mask[..., :cap],
-        n,
-        d,
-        spent,
-        stop_on_overflow=stop_on_overflow,
-        eps=eps,
-        tol=tol,
-        max_iter=max_iter,
-        scale=scale,
-    )
-
-
-def _trunc_core(q, kc, vc, alpha0, beta0, maskc, n, d, spent, *, stop_on_overflow, eps, tol, max_iter, scale):
-    # kc, vc: the first cap keys/values; spent = (ops, dots) of failed attempts (max_window="auto"), added
-    # here. Nothing of length n is touched: the weights stay (..., cap).
+def _expanding_trunc(q, k, v, alpha0, beta0, mask, *, cap, stop_on_overflow, eps, tol, max_iter, scale):
+    kc, vc = k[..., :cap, :], v[..., :cap, :]
     sims = scale * jnp.einsum("...d,...nd->...n", q, kc)  # only the first cap dot products
-    res = _meanfield(
-        sims,
-        vc,
-        alpha0,
-        beta0,
-        maskc,
-        n,
-        eps=eps,
-        tol=tol,
-        max_iter=max_iter,
-        loop="while",
-        stop_on_overflow=stop_on_overflow,
+    maskc = None if mask is None else mask[..., :cap]
+    return _trunc_core(
+        sims, vc, alpha0, beta0, maskc, k.shape[-2], k.shape[-1], stop_on_overflow, eps, tol, max_iter, (q, kc, vc)
     )
-    res = _add_dot_ops(res, d)
-    return res._replace(ops=res.ops + spent[0], dots=res.dots + spent[1])
+
+
+def _trunc_core(sims, vc, alpha0, beta0, maskc, n, d, stop, eps, tol, max_iter, read):
+    # sims, vc: of the first cap keys; nothing of length n is touched (the weights stay (..., cap)).
+    # Returns (result, status): bit 0 any overflow, bit 1 a non-finite value among `read` (what the call read).
+    res = _meanfield(
+        sims, vc, alpha0, beta0, maskc, n, eps=eps, tol=tol, max_iter=max_iter, loop="while", stop_on_overflow=stop
+    )
+    finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(r)) for r in read]))
+    return _add_dot_ops(res, d), jnp.any(res.overflow).astype(jnp.int32) + 2 * (~finite).astype(jnp.int32)
 
 
 class Params(NamedTuple):
@@ -584,7 +677,8 @@ def attention(
     """
     if not isinstance(params, Params):
         raise ValueError(f"params must be expanding.Params; got {type(params).__name__}")
-    x = _validate.float_array("x", x, min_ndim=3)
+    auto = isinstance(max_window, str) and max_window == "auto"
+    x = _float_array("x", x, 3, not auto)  # "auto" checks the tokens it reads
     if x.shape[-2] < 2:
         raise ValueError(f"x must hold at least 2 tokens (keys and the query); got shape {x.shape}")
     eps, tol, max_iter = _validate.open_unit("eps", eps), float(tol), _validate.count("max_iter", max_iter, 0)
@@ -592,24 +686,24 @@ def attention(
     _check_positive("beta0", beta0)
     n_keys = x.shape[-2] - 1
     mw = _check_max_window(max_window, n_keys)
-    a0, b0 = jnp.asarray(alpha0, x.dtype), jnp.asarray(beta0, x.dtype)
+    a0, b0 = _scalar(alpha0, x.dtype), _scalar(beta0, x.dtype)
     kw = dict(eps=eps, tol=tol, max_iter=max_iter)
     if mw is None:
         return _attention_dense(params, x, a0, b0, **kw)
     if mw != "auto":
-        return _attention_trunc(
-            params, x, a0, b0, _nothing_spent(x.shape[:1], x.dtype), cap=mw, stop_on_overflow=False, **kw
-        )
+        return _attention_trunc(params, x, a0, b0, cap=mw, stop_on_overflow=False, **kw)[0]
     if not _validate.is_concrete(x, a0, b0, *params):
         raise ValueError(
             'max_window="auto" needs concrete inputs (it chooses the cap on the host); '
             "under jit pass an integer cap or None"
         )
+    shapes = tuple(np.shape(a) for a in (*params, a0, b0))
     return _auto_cap(
-        lambda cap, stop, spent: _attention_trunc(params, x, a0, b0, spent, cap=cap, stop_on_overflow=stop, **kw),
-        _auto_start(alpha0, beta0, eps, n_keys),
+        lambda cap, stop: _attention_trunc(params, x, a0, b0, cap=cap, stop_on_overflow=stop, **kw),
+        ("attention", x.shape, x.dtype, shapes, eps, tol, max_iter),
+        lambda: _auto_start(alpha0, beta0, eps, n_keys),
         n_keys,
-        _nothing_spent(x.shape[:1], x.dtype),
+        ("x", "params"),
     )
 
 
@@ -624,27 +718,17 @@ def _attention_dense(params, x, alpha0, beta0, *, eps, tol, max_iter):
 
 
 @partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_iter"))
-def _attention_trunc(params, x, alpha0, beta0, spent, *, cap, stop_on_overflow, eps, tol, max_iter):
+def _attention_trunc(params, x, alpha0, beta0, *, cap, stop_on_overflow, eps, tol, max_iter):
     n_keys = x.shape[-2] - 1
-    ctx = x[:, n_keys - cap : n_keys][:, ::-1]  # the cap tokens nearest the query, in distance order
+    ctx = x[:, n_keys - cap : n_keys]  # the cap tokens nearest the query (position order)
     q = x[:, -1] @ params.wq.T
-    k, v = ctx @ params.wk.T, ctx @ params.wv.T  # only cap keys and values are projected
-    return _trunc_core(
-        q,
-        k,
-        v,
-        alpha0,
-        beta0,
-        None,
-        n_keys,
-        q.shape[-1],
-        spent,
-        stop_on_overflow=stop_on_overflow,
-        eps=eps,
-        tol=tol,
-        max_iter=max_iter,
-        scale=1.0 / math.sqrt(q.shape[-1]),
-    )
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    # q . (W_K x_i) = (W_K^T q) . x_i: one matrix-vector product per query instead of projecting cap keys;
+    # reversed afterwards into distance order (index i = token i + 1 back).
+    sims = scale * jnp.einsum("bnd,bd->bn", ctx, q @ params.wk)[:, ::-1]
+    v = (ctx @ params.wv.T)[:, ::-1]
+    read = (x[:, n_keys - cap :], *params)
+    return _trunc_core(sims, v, alpha0, beta0, None, n_keys, q.shape[-1], stop_on_overflow, eps, tol, max_iter, read)
 
 
 def self_attention_ops(n: int, d: int, d_v: int) -> int:
