@@ -55,32 +55,10 @@ from lse_energy import _validate, core
 
 Array = jax.Array
 
-__all__ = [
-    "Params",
-    "EnergyGap",
-    "GibbsState",
-    "FitExtras",
-    "init_params",
-    "joint_energy",
-    "energy",
-    "energy_hidden",
-    "grad_v",
-    "grad_params",
-    "energy_gap",
-    "hidden_probs",
-    "visible_probs",
-    "sample_hidden",
-    "sample_visible",
-    "gibbs",
-    "binary_states",
-    "log_partition",
-    "log_likelihood",
-    "grad_log_likelihood",
-    "grad_cd",
-    "gibbs_transition_matrix",
-    "grad_cd_expected",
-    "fit",
-]
+__all__ = ["Params", "EnergyGap", "GibbsState", "FitExtras", "init_params", "joint_energy", "energy", "energy_hidden"]
+__all__ += ["grad_v", "grad_params", "energy_gap", "hidden_probs", "visible_probs", "sample_hidden", "sample_visible"]
+__all__ += ["gibbs", "binary_states", "log_partition", "log_likelihood", "grad_log_likelihood", "grad_cd"]
+__all__ += ["gibbs_transition_matrix", "grad_cd_expected", "fit"]
 
 MAX_ENUMERATE = 24  # largest layer whose 2**n states we are willing to enumerate
 
@@ -120,8 +98,7 @@ class GibbsState(NamedTuple):
     Attributes:
       v: ``(..., n_visible)`` the last visible sample.
       h: ``(..., n_hidden)`` the hidden sample it was drawn from.
-      v_prob: ``(..., n_visible)`` :math:`P(v = 1 \mid h)`, the mean of ``v``
-        (smoother for display).
+      v_prob: ``(..., n_visible)`` :math:`P(v = 1 \mid h)`, the mean of ``v`` (smoother for display).
     """
 
     v: Array
@@ -133,9 +110,8 @@ class FitExtras(NamedTuple):
     r"""The ``extras`` of :func:`fit`'s :class:`~lse_energy.core.FitResult`.
 
     Attributes:
-      reconstruction_error: ``(n_epochs,)`` mean over data and pixels of
-        :math:`(v - \sigma(b + W \sigma(c + W^\top v)))^2` after each epoch
-        (cheap, deterministic, not the likelihood); ``None`` without ``monitor``.
+      reconstruction_error: ``(n_epochs,)`` mean over data and pixels of :math:`(v - \sigma(b + W \sigma(c + W^\top
+        v)))^2` after each epoch (cheap, deterministic, not the likelihood); ``None`` without ``monitor``.
       opt_state: the optimizer's state after the last step (pass it back to continue).
     """
 
@@ -143,9 +119,7 @@ class FitExtras(NamedTuple):
     opt_state: Any = None
 
 
-# ---------------------------------------------------------------------------
-# Validation
-# ---------------------------------------------------------------------------
+# --- Validation ------------------------------------------------------------
 
 
 _concrete = _validate.is_concrete
@@ -188,9 +162,7 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
     return x.astype(dtype)
 
 
-# ---------------------------------------------------------------------------
-# Energy, free energy and their gradients
-# ---------------------------------------------------------------------------
+# --- Energy, free energy and their gradients -------------------------------
 
 
 def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data=None, dtype=jnp.float64) -> Params:
@@ -381,9 +353,7 @@ def energy_gap(params: Params, v, h) -> EnergyGap:
     return EnergyGap(visible=-(h @ W.T) - b, hidden=-(v @ W) - c)
 
 
-# ---------------------------------------------------------------------------
-# Conditionals and block Gibbs sampling
-# ---------------------------------------------------------------------------
+# --- Conditionals and block Gibbs sampling ---------------------------------
 
 
 def hidden_probs(params: Params, v) -> Array:
@@ -413,27 +383,63 @@ def visible_probs(params: Params, h) -> Array:
     return core.weights(_visible_sim(W, b, _check_layer(h, W.shape[1], "h", W.dtype)))[..., 1]
 
 
+def _threefry2x32(k1, k2, x1, x2):
+    # JAX's threefry2x32 hash, unrolled: on CPU JAX lowers it as a rolled loop that stores the arrays between
+    # its 5 steps; unrolled, XLA fuses the 20 rounds into the draw's consumer, several times faster.
+    ks = (k1, k2, k1 ^ k2 ^ np.uint32(0x1BD11BDA))
+    x1, x2 = x1 + ks[0], x2 + ks[1]
+    for i in range(5):
+        for r in ((13, 15, 26, 6), (17, 29, 16, 24))[i % 2]:
+            x1, x2 = x1 + x2, ((x2 << np.uint32(r)) | (x2 >> np.uint32(32 - r))) ^ (x1 + x2)
+        x1, x2 = x1 + ks[(i + 1) % 3], x2 + ks[(i + 2) % 3] + np.uint32(i + 1)
+    return x1, x2
+
+
+def _blocks(key, n):
+    # threefry blocks (b1, b2) number 0..n-1 of key, as jax.random draws them; a batch of keys gives a batch
+    kd = jax.random.key_data(key) if jnp.issubdtype(key.dtype, jax.dtypes.prng_key) else key
+    lo = jax.lax.iota(np.uint32, n)
+    return _threefry2x32(kd[..., :1], kd[..., 1:], jnp.zeros_like(lo), lo)
+
+
 def _bernoulli(key, p):
-    return (core.random_uniform(key, p.shape, p.dtype) < p).astype(p.dtype)  # jax.random.bernoulli(key, p)
+    # u < p: u = jax.random.uniform(key, p.shape, p.dtype) bit for bit, or from blocks (fit's uniform_bits=16)
+    def f(x):  # uint32 < 2**31 to p's float type
+        return x.astype(np.int32).astype(p.dtype)
+
+    if isinstance(key, tuple):  # uniform r * blocks + j is 16-bit half r % 2 of b1[j] (r < 2) or b2[j]
+        r = jnp.arange(4, dtype=np.uint32)[:, None]
+        u = f(jnp.where(r < 2, *key) >> (r & 1) * 16 & 0xFFFF) * 2.0**-16
+    elif core.prefix_stable(key) and p.size < 2**31 and p.dtype in (jnp.float32, jnp.float64):
+        b1, b2 = _blocks(key, p.size)  # JAX's mantissa of 1 + u: (b1 ^ b2) >> 9, or in float64 (b1 << 32 | b2) >> 12
+        if p.dtype == jnp.float32:
+            u = f((b1 ^ b2) >> 9) * 2.0**-23
+        else:
+            u = f(b1 >> 1) * 2.0**-31 + f((b1 & 1) << 20 | b2 >> 12) * 2.0**-52
+    else:
+        u = core.random_uniform(key, p.shape, p.dtype)  # jax.random.bernoulli(key, p)
+    return (u.reshape(-1)[: p.size].reshape(p.shape) < p).astype(p.dtype)
 
 
 def sample_hidden(params: Params, v, *, key) -> Array:
     r"""Draw :math:`h \sim P(h \mid v) = \prod_j P(h_j \mid v)` (the sampling algorithm of §23.2)."""
-    p = hidden_probs(params, v)
-    return _bernoulli(key, p)
+    return _bernoulli(key, hidden_probs(params, v))
 
 
 def sample_visible(params: Params, h, *, key) -> Array:
     r"""Draw :math:`v \sim P(v \mid h) = \prod_i P(v_i \mid h)`."""
-    p = visible_probs(params, h)
-    return _bernoulli(key, p)
+    return _bernoulli(key, visible_probs(params, h))
 
 
-def _gibbs_step(W, b, c, v, key):
-    kh, kv = jax.random.split(key)
-    h = _bernoulli(kh, jax.nn.sigmoid(v @ W + c))
+def _sweep_keys(key, n):
+    """``(n, 2)`` keys: ``split(split(key, n)[i])``, the (hidden, visible) keys of sweep ``i``."""
+    return jax.vmap(jax.random.split)(jax.random.split(key, n))
+
+
+def _gibbs_step(W, b, c, v, keys):
+    h = _bernoulli(keys[0], jax.nn.sigmoid(v @ W + c))
     pv = jax.nn.sigmoid(h @ W.T + b)
-    return _bernoulli(kv, pv), h, pv
+    return _bernoulli(keys[1], pv), h, pv
 
 
 @partial(jax.jit, static_argnames=("n_steps",))
@@ -442,7 +448,7 @@ def _gibbs(W, b, c, v0, key, n_steps):
         return GibbsState(*_gibbs_step(W, b, c, state.v, k)), None
 
     h0 = jnp.zeros(v0.shape[:-1] + (W.shape[1],), W.dtype)
-    state, _ = jax.lax.scan(body, GibbsState(v0, h0, v0), jax.random.split(key, n_steps))
+    state, _ = jax.lax.scan(body, GibbsState(v0, h0, v0), _sweep_keys(key, n_steps))
     return state
 
 
@@ -467,9 +473,7 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
     return _gibbs(W, b, c, v0, key, n_steps)
 
 
-# ---------------------------------------------------------------------------
-# Exact likelihood of small RBMs (enumeration)
-# ---------------------------------------------------------------------------
+# --- Exact likelihood of small RBMs (enumeration) --------------------------
 
 
 def binary_states(n: int, dtype=jnp.float64) -> Array:
@@ -633,39 +637,27 @@ def _expected_cd_gradient(params, v, index, k):
     return jax.tree_util.tree_map(lambda m, d: m - d, model, data)
 
 
-# ---------------------------------------------------------------------------
-# Contrastive divergence
-# ---------------------------------------------------------------------------
+# --- Contrastive divergence ------------------------------------------------
 
 
-def _cd_gradient(W, b, c, v, key, k):
-    def body(x, kk):
-        x, _, _ = _gibbs_step(W, b, c, x, kk)
-        return x, None
-
-    vk, _ = jax.lax.scan(body, v, jax.random.split(key, k))
-    pos = _free_energy_grad_params(W, c, v)
-    neg = _free_energy_grad_params(W, c, jax.lax.stop_gradient(vk))
-    return jax.tree_util.tree_map(lambda n_, p_: n_ - p_, neg, pos)
-
-
-_cd_gradient_jit = jax.jit(_cd_gradient, static_argnames=("k",))
-
-
-@partial(jax.jit, static_argnames=("n_keys",))
-def _cd_gradient_any_k(W, b, c, v, key, k, n_keys):
-    # _cd_gradient with k a traced count: the sweeps use the first k of n_keys split keys,
-    # which are split(key, k) for a prefix-stable generator, so every k <= n_keys shares
-    # one compilation.
-    keys = jax.random.split(key, n_keys)
-
+def _cd_gradient(W, b, c, v, keys, k):
+    # k sweeps (k may be traced) with keys[:k] (_sweep_keys, or their _blocks), then negative - positive phase
     def body(i, x):
-        return _gibbs_step(W, b, c, x, keys[i])[0]
+        return _gibbs_step(W, b, c, x, jax.tree_util.tree_map(lambda a: a[i], keys))[0]
 
     vk = jax.lax.fori_loop(0, k, body, v)
     pos = _free_energy_grad_params(W, c, v)
     neg = _free_energy_grad_params(W, c, jax.lax.stop_gradient(vk))
     return jax.tree_util.tree_map(lambda n_, p_: n_ - p_, neg, pos)
+
+
+# One compilation per k; or one for every k <= n_keys if split(key, k) is the head of split(key, n_keys)
+_cd_gradient_jit = jax.jit(
+    lambda W, b, c, v, key, k: _cd_gradient(W, b, c, v, _sweep_keys(key, k), k), static_argnames="k"
+)
+_cd_gradient_any_k = jax.jit(
+    lambda W, b, c, v, key, k, n_keys: _cd_gradient(W, b, c, v, _sweep_keys(key, n_keys), k), static_argnames="n_keys"
+)
 
 
 def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
@@ -699,14 +691,14 @@ def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
     return _cd_gradient_jit(W, b, c, v, key, k)
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "k", "monitor"))
-def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monitor=True):
+@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "k", "monitor", "bits"))
+def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monitor=True, bits=0):
     n_batches = data.shape[0] // batch_size
 
     def batch_step(carry, inp):
         p, s = carry
-        batch, kk = inp
-        g = _cd_gradient(p.W, p.b, p.c, batch, kk, k)
+        batch, keys = inp
+        g = _cd_gradient(p.W, p.b, p.c, batch, keys, k)
         # The optimizer descends: its gradient is -g, the CD estimate of -d ln p / d theta.
         updates, s = optimizer.update(jax.tree_util.tree_map(jnp.negative, g), s, p)
         return (jax.tree_util.tree_map(jnp.add, p, updates), s), None
@@ -715,7 +707,10 @@ def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monit
         kperm, kcd = jax.random.split(ek)
         perm = jax.random.permutation(kperm, data.shape[0])[: n_batches * batch_size]
         batches = data[perm].reshape(n_batches, batch_size, data.shape[1])
-        carry, _ = jax.lax.scan(batch_step, carry, (batches, jax.random.split(kcd, n_batches)))
+        keys = jax.vmap(_sweep_keys, (0, None))(jax.random.split(kcd, n_batches), k)  # (n_batches, k, 2)
+        if bits:  # every sweep's (hidden, visible) blocks at once: in a step's fusion XLA would hash a block 4 times
+            keys = tuple(_blocks(keys[:, :, i], -(-batch_size * n // 4)) for i, n in enumerate(params.W.shape[::-1]))
+        carry, _ = jax.lax.scan(batch_step, carry, (batches, keys))
         if not monitor:
             return carry, (None, None)
         p = carry[0]
@@ -740,6 +735,7 @@ def fit(
     n_gibbs_steps: int = 1,
     monitor: bool = True,
     opt_state=None,
+    uniform_bits: int | None = None,
 ) -> core.FitResult:
     r"""Train by CD-k (:math:`k` = ``n_gibbs_steps``) with an optax optimizer (§23.8).
 
@@ -758,6 +754,11 @@ def fit(
         pass over all of ``x`` per epoch that costs about twice the epoch in float64 (18k x 64
         digits, 256 hidden); with ``False`` both are ``None`` and the parameters are identical.
       opt_state: state from a previous call, or ``None``.
+      uniform_bits: ``None``: each Bernoulli draw :math:`u < p` takes :math:`u` from ``jax.random.uniform``
+        (one threefry block per draw), the stream of earlier versions. ``16`` (a threefry key; others draw as
+        ``None``): four :math:`u = m / 2^{16}` per block, a quarter of the hashing, another stream, 2 bytes per
+        draw held for an epoch: :math:`P(u < p) = \lceil 2^{16} p \rceil / 2^{16}`, above :math:`p` by less
+        than :math:`2^{-16} \approx 1.5 \cdot 10^{-5}`, far below the noise of a CD estimate.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`; ``energies``, ``(n_epochs,)``, the mean free
@@ -790,7 +791,10 @@ def fit(
     params = Params(W, b, c)
     if opt_state is None:
         opt_state = optimizer.init(params)
-    p, fe, extras = _fit(params, opt_state, x, key, optimizer, n_epochs, batch_size, k, bool(monitor))
+    if uniform_bits is not None and (type(uniform_bits) is not int or uniform_bits != 16):
+        raise ValueError(f"uniform_bits must be None or 16; got {uniform_bits!r}")
+    bits = 16 if uniform_bits and core.prefix_stable(key) else 0
+    p, fe, extras = _fit(params, opt_state, x, key, optimizer, n_epochs, batch_size, k, bool(monitor), bits)
     out = core.FitResult(p, fe, n_epochs, None, extras)
     _validate.require_finite("rbm.fit", out, steps=fe, hint="lower the optimizer's learning rate")
     return out

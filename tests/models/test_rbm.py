@@ -6,6 +6,7 @@ import numpy as np
 import optax
 import pytest
 from jax.flatten_util import ravel_pytree
+from scipy import stats
 from sklearn.neural_network import BernoulliRBM
 
 from lse_energy import core, rbm
@@ -252,6 +253,88 @@ def test_gibbs_samples_follow_model_marginal():
     assert np.all(np.abs(emp - exact) < 5 * se)
 
 
+# --- Bernoulli draws ----------------------------------------------------------
+
+ALPHA = 1e-6  # false-alarm probability (over keys) of each statistical check below; Bonferroni across its parts
+
+
+def _bernoulli_failures(x, ps, pairs, resolution):
+    """What is wrong with draws ``x`` (``(K, R)``, row ``k`` from Bernoulli(``ps[k]``)): one line per failure.
+
+    * p = 0 and p = 1 give all 0 and all 1 (deterministic);
+    * each other row's count within ``z`` binomial standard errors of ``R p`` (plus ``R * resolution``, the
+      largest bias of a uniform on a grid of that step), ``z`` two-sided at ``ALPHA`` over the rows;
+    * draws that should be independent (``pairs``: ``(a, b)`` flat index arrays, p = 1/2) are uncorrelated:
+      ``|corr| sqrt(n) <= z`` (a normal approximation, n in the tens of thousands).
+    """
+    x, ps = np.asarray(x), np.asarray(ps)
+    bad = []
+    for p, row in zip(ps, x):
+        c, r = row.sum(), row.size
+        if p in (0.0, 1.0):
+            bad += [f"p={p}: {c} of {r}"] if c != p * r else []
+            continue
+        z = stats.norm.isf(ALPHA / (2 * len(ps)))
+        if abs(c - r * p) > z * np.sqrt(r * p * (1 - p)) + r * resolution:
+            bad.append(f"p={p}: {c} of {r}, expected {r * p:.0f}")
+    z = stats.norm.isf(ALPHA / (2 * max(1, len(pairs))))
+    for i, (a, b) in enumerate(pairs):
+        corr = np.corrcoef(x.reshape(-1)[a], x.reshape(-1)[b])[0, 1]
+        if not abs(corr) * np.sqrt(len(a)) <= z:
+            bad.append(f"pair {i}: correlation {corr:.4f} over {len(a)} draws")
+    return bad
+
+
+PS = [0.0, 2.0**-12, 0.001, 0.05, 1 / 3, 0.5, 0.5, 0.77, 0.999, 1 - 2.0**-12, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_default_draws_are_jax_uniform_draws_bit_for_bit(dtype):
+    # The default stream is jax.random.uniform's (fit and gibbs replay stored runs): u < p exactly, ties included.
+    for key in (jax.random.key(3), jax.random.PRNGKey(4), jax.random.split(jax.random.key(5), 3)[1]):
+        u = jax.random.uniform(key, (64, 37), dtype)
+        for p in (u, jnp.nextafter(u, 2), jnp.nextafter(u, -1), jax.random.uniform(jax.random.key(9), u.shape, dtype)):
+            got = rbm._bernoulli(key, p)
+            assert got.dtype == dtype
+            np.testing.assert_array_equal(got, (u < p).astype(dtype))
+            np.testing.assert_array_equal(jax.jit(rbm._bernoulli)(key, p), got)
+        assert not np.array_equal(rbm._bernoulli(key, u), (u <= u).astype(dtype))  # the <= mutant differs
+
+
+def _uniforms16(blocks):
+    """The reference 16-bit uniforms of ``blocks`` (b1, b2): draw r * m + j is half r % 2 (low first) of b1[j]
+    (r < 2) or b2[j], over 2**16."""
+    b1, b2 = (np.asarray(b, np.int64) for b in blocks)
+    return np.concatenate([b1 & 0xFFFF, b1 >> 16, b2 & 0xFFFF, b2 >> 16]) / 2.0**16
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float64])
+def test_16_bit_draws_are_bernoulli_p(dtype):
+    # fit(uniform_bits=16): Bernoulli(p) with P = ceil(2**16 p) / 2**16 and independent draws, though four share
+    # a threefry block. Rows of PS at R draws each, then n draws at p = 1/2 for the independence checks.
+    K, R, n = len(PS), 2**16, 2**18
+    blocks = rbm._blocks(jax.random.key(11), K * R // 4)
+    p = jnp.repeat(jnp.asarray(PS, dtype), R).reshape(K, R)
+    x, u = rbm._bernoulli(blocks, p), _uniforms16(blocks).reshape(K, R)
+    np.testing.assert_array_equal(x, (u < np.asarray(p)).astype(dtype))  # exactly the reference draws
+    assert _bernoulli_failures(x, PS, [], 2.0**-16) == []
+    blocks = rbm._blocks(jax.random.key(12), n // 4)
+    half = rbm._bernoulli(blocks, jnp.full((1, n), 0.5, dtype))
+    uh = _uniforms16(blocks)
+    np.testing.assert_array_equal(half[0], (uh < 0.5).astype(dtype))
+    # draws sharing a block (the two halves of b1, b1 vs b2, ...) and draws of neighbouring blocks
+    pairs = [(np.arange(n - lag), np.arange(lag, n)) for lag in (n // 4, n // 2, 3 * n // 4, 1)]
+    assert _bernoulli_failures(half, [0.5], pairs, 2.0**-16) == []
+    # u < p, not u <= p: at p = u every draw is 0 (the mutant would give 1s)
+    assert not np.any(rbm._bernoulli(blocks, jnp.asarray(uh, dtype)[None]))
+    # ... and the checks catch a threshold biased by 1%, 8-bit uniforms, one 16-bit half used twice
+    pn = np.asarray(p, np.float64)
+    assert _bernoulli_failures(u < pn + 0.01, PS, [], 2.0**-16)
+    assert _bernoulli_failures(np.floor(u * 2**8) / 2**8 + 2**-9 < pn, PS, [], 2.0**-16)
+    twice = np.concatenate([uh[: n // 4], uh[: n // 4], uh[n // 2 :]])[None] < 0.5
+    assert any("pair 0" in f for f in _bernoulli_failures(twice, [0.5], pairs, 2.0**-16))
+
+
 # --- CD-k -------------------------------------------------------------------
 
 
@@ -282,9 +365,10 @@ def test_cd_gradient_mc_average_matches_expectation():
     assert np.all(np.abs(big - exp_g) <= 5 * se_big + 1e-12)
 
 
-def test_cd1_training_raises_exact_log_likelihood():
+@pytest.mark.parametrize("uniform_bits", [None, 16])
+def test_cd1_training_raises_exact_log_likelihood(uniform_bits):
     """On prototype-plus-noise data, CD-1 closes at least half the gap between the
-    initial exact log-likelihood and that of the true data distribution."""
+    initial exact log-likelihood and that of the true data distribution (either sampler)."""
     rng = np.random.default_rng(0)
     protos = rng.integers(0, 2, (3, M))
     flip = 0.1
@@ -297,7 +381,8 @@ def test_cd1_training_raises_exact_log_likelihood():
     ll_true = np.mean(np.log(p_true[data.astype(int) @ (2 ** np.arange(M))]))
     p0 = rbm.init_params(M, N, key=jax.random.key(0), scale=0.01, data=data)
     ll0 = float(jnp.mean(rbm.log_likelihood(p0, data)))
-    fit = rbm.fit(p0, data, key=jax.random.key(1), optimizer=optax.sgd(0.1), n_epochs=150, batch_size=20)
+    kw = dict(optimizer=optax.sgd(0.1), n_epochs=150, batch_size=20, uniform_bits=uniform_bits)
+    fit = rbm.fit(p0, data, key=jax.random.key(1), **kw)
     p1 = fit.params
     ll1 = float(jnp.mean(rbm.log_likelihood(p1, data)))
     assert fit.extras.reconstruction_error.shape == (150,) and fit.energies.shape == (150,)
@@ -320,6 +405,20 @@ def test_fit_same_key_same_result():
     assert c.extras.reconstruction_error is None and c.energies is None
 
 
+def test_fit_16_bit_uniforms_same_key_same_result_another_stream():
+    v = random_binary(0, (40, M))
+    p0 = rbm.init_params(M, N, key=jax.random.key(0))
+    kw = dict(optimizer=SGD, n_epochs=3, batch_size=7, n_gibbs_steps=2)  # 7 * 10 draws: not a multiple of 4
+    a = rbm.fit(p0, v, key=jax.random.key(3), uniform_bits=16, **kw)
+    b = rbm.fit(p0, v, key=jax.random.key(3), uniform_bits=16, **kw)
+    np.testing.assert_array_equal(flat(a.params), flat(b.params))
+    assert not np.array_equal(flat(a.params), flat(rbm.fit(p0, v, key=jax.random.key(3), **kw).params))
+    # a generator other than threefry draws as without the option
+    rbg = jax.random.key(3, impl="rbg")
+    c, d = (rbm.fit(p0, v, key=rbg, uniform_bits=bits, **kw) for bits in (16, None))
+    np.testing.assert_array_equal(flat(c.params), flat(d.params))
+
+
 # --- validation ---------------------------------------------------------------
 
 
@@ -333,6 +432,9 @@ def test_validation_errors():
         rbm.energy(p._replace(b=jnp.zeros(M + 1)), v)
     with pytest.raises(ValueError, match="x must be binary"):
         rbm.fit(p, v + 0.2, key=key, optimizer=SGD, n_epochs=1, batch_size=1)
+    for bits in (8, True, 16.0):
+        with pytest.raises(ValueError, match="uniform_bits must be None or 16"):
+            rbm.fit(p, v, key=key, optimizer=SGD, n_epochs=1, batch_size=1, uniform_bits=bits)
     with pytest.raises(ValueError, match="n_gibbs_steps must be"):
         rbm.grad_cd(p, v, 0, key=key)
     with pytest.raises(ValueError, match="over"):
