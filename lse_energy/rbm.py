@@ -120,8 +120,6 @@ class FitExtras(NamedTuple):
 
 
 # --- Validation ------------------------------------------------------------
-
-
 _concrete = _validate.is_concrete
 
 
@@ -163,8 +161,6 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
 
 
 # --- Energy, free energy and their gradients -------------------------------
-
-
 def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data=None, dtype=jnp.float64) -> Params:
     r"""Small random couplings :math:`W_{ij} \sim \mathcal N(0, \mathrm{scale}^2)`, :math:`c = 0`.
 
@@ -354,8 +350,6 @@ def energy_gap(params: Params, v, h) -> EnergyGap:
 
 
 # --- Conditionals and block Gibbs sampling ---------------------------------
-
-
 def hidden_probs(params: Params, v) -> Array:
     r""":math:`P(h_j = 1 \mid v) = \sigma(c_j + W_{:j}^\top v)` (§23.2, §23.8).
 
@@ -384,8 +378,7 @@ def visible_probs(params: Params, h) -> Array:
 
 
 def _threefry2x32(k1, k2, x1, x2):
-    # JAX's threefry2x32 hash, unrolled: on CPU JAX lowers it as a rolled loop that stores the arrays between
-    # its 5 steps; unrolled, XLA fuses the 20 rounds into the draw's consumer, several times faster.
+    # JAX's threefry2x32, unrolled (on CPU, JAX's is a loop storing the arrays at each of its 5 steps): ~5x faster
     ks = (k1, k2, k1 ^ k2 ^ np.uint32(0x1BD11BDA))
     x1, x2 = x1 + ks[0], x2 + ks[1]
     for i in range(5):
@@ -431,8 +424,19 @@ def sample_visible(params: Params, h, *, key) -> Array:
     return _bernoulli(key, visible_probs(params, h))
 
 
-def _sweep_keys(key, n):
-    """``(n, 2)`` keys: ``split(split(key, n)[i])``, the (hidden, visible) keys of sweep ``i``."""
+def _permutation(key, n):
+    # jax.random.permutation(key, n) bit for bit, each stable sort done on one uint64 key, word << 32 | position
+    if not (core.prefix_stable(key) and jax.config.jax_enable_x64):
+        return jax.random.permutation(key, n)
+    x = jnp.arange(n)
+    for _ in range(int(np.ceil(3 * np.log(max(1, n)) / np.log(np.iinfo(np.uint32).max)))):
+        key, sub = jax.random.split(key)
+        b1, b2 = _blocks(sub, n)
+        x = x[jax.lax.sort((b1 ^ b2).astype(np.uint64) << 32 | jnp.arange(n, dtype=np.uint64)).astype(np.uint32)]
+    return x
+
+
+def _sweep_keys(key, n):  # (n, 2): split(split(key, n)[i]), the (hidden, visible) keys of sweep i
     return jax.vmap(jax.random.split)(jax.random.split(key, n))
 
 
@@ -474,8 +478,6 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
 
 
 # --- Exact likelihood of small RBMs (enumeration) --------------------------
-
-
 def binary_states(n: int, dtype=jnp.float64) -> Array:
     r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``)."""
     n = _validate.count("n", n, 0)
@@ -638,8 +640,6 @@ def _expected_cd_gradient(params, v, index, k):
 
 
 # --- Contrastive divergence ------------------------------------------------
-
-
 def _cd_gradient(W, b, c, v, keys, k):
     # k sweeps (k may be traced) with keys[:k] (_sweep_keys, or their _blocks), then negative - positive phase
     def body(i, x):
@@ -705,7 +705,7 @@ def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monit
 
     def epoch(carry, ek):
         kperm, kcd = jax.random.split(ek)
-        perm = jax.random.permutation(kperm, data.shape[0])[: n_batches * batch_size]
+        perm = _permutation(kperm, data.shape[0])[: n_batches * batch_size]
         batches = data[perm].reshape(n_batches, batch_size, data.shape[1])
         keys = jax.vmap(_sweep_keys, (0, None))(jax.random.split(kcd, n_batches), k)  # (n_batches, k, 2)
         if bits:  # every sweep's (hidden, visible) blocks at once: in a step's fusion XLA would hash a block 4 times

@@ -301,6 +301,16 @@ def test_default_draws_are_jax_uniform_draws_bit_for_bit(dtype):
         assert not np.array_equal(rbm._bernoulli(key, u), (u <= u).astype(dtype))  # the <= mutant differs
 
 
+@pytest.mark.parametrize("n", [1, 5, 17970, 200_000])
+def test_shuffle_is_jax_permutation_bit_for_bit(n):
+    # fit shuffles with jax.random.permutation's permutation (stored runs replay), sorted faster
+    for key in (jax.random.key(n), jax.random.PRNGKey(n + 1)):
+        np.testing.assert_array_equal(rbm._permutation(key, n), jax.random.permutation(key, n))
+    if n == 200_000:  # equal sort words here, so the tie order (stable sorts) is exercised
+        sub = jax.random.split(jax.random.key(n))[1]
+        assert len(np.unique(np.asarray(jax.random.bits(sub, (n,), jnp.uint32)))) < n
+
+
 def _uniforms16(blocks):
     """The reference 16-bit uniforms of ``blocks`` (b1, b2): draw r * m + j is half r % 2 (low first) of b1[j]
     (r < 2) or b2[j], over 2**16."""
