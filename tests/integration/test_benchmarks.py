@@ -46,3 +46,26 @@ def test_torch_configs_dispatch_to_the_fused_kernel_only_in_4d():
     for label, (fwd, _, _) in configs.items():
         fused = B.FUSED_KERNEL in _dispatched(torch, fwd)
         assert fused == label.startswith("4-D"), label
+
+
+# --- RBM: the profile that the share-of-the-ceiling row cites ---------------------------------------------------
+
+
+def test_rbm_profile_categories_cover_a_compiled_epoch():
+    import jax
+    import optax
+
+    from benchmarks import bench_rbm
+    from lse_energy import rbm
+
+    sgd = optax.sgd(0.05)
+    x = (jax.random.uniform(jax.random.key(0), (64, 6)) < 0.5).astype(float)
+    p0 = rbm.init_params(6, 4, key=jax.random.key(1))
+    for bits in (0, 16):
+        hlo = rbm._fit.lower(p0, sgd.init(p0), x, jax.random.key(2), sgd, 1, 8, 1, False, bits).compile().as_text()
+        found = set(bench_rbm.instruction_categories(hlo).values())
+        assert set(bench_rbm.CATEGORIES[:2]) | {bench_rbm.CATEGORIES[4]} <= found, (bits, found)
+        assert found <= set(bench_rbm.CATEGORIES)
+    assert bench_rbm._category({"fusion", "exponential", "compare", "convert"}, "f") == bench_rbm.CATEGORIES[1]
+    assert bench_rbm._category({"fusion", "exponential", "divide"}, "f") == bench_rbm.CATEGORIES[2]
+    assert bench_rbm._category({"dot"}, "dot.1") == bench_rbm.CATEGORIES[0]
