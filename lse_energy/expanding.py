@@ -297,10 +297,15 @@ def attend(
     two states are still equal, so that step is detected exactly; it is
     reported in ``overflow`` (and the query's result is then that of a
     window clipped at ``cap``). ``max_window="auto"`` (concrete inputs only)
-    starts from a small power of two (at least 32 and :math:`2 H(q_0)`), doubles the cap on the host until no
-    query overflows (at worst ``cap = n``, which cannot overflow) and returns
-    that exact result; ``ops`` and ``dots`` include the failed attempts. An
-    integer cap is static and usable under ``jit``.
+    starts from the cap its last call with the same shapes and options ended
+    with (the first call: a small power of two, at least 32 and
+    :math:`2 H(q_0)`), doubles the cap until no query overflows (at worst
+    ``cap = n``, which cannot overflow) and returns that exact result; ``ops``
+    and ``dots`` include the failed attempts. Each attempt is one jitted call
+    (at most :math:`\log_2 n` compilations per shape) that also reports
+    whether the values it read are finite: the keys and values beyond the cap
+    are neither read nor checked. An integer cap is static and usable under
+    ``jit``.
 
     Args:
       q: ``(..., d)`` queries.
@@ -497,7 +502,6 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, sto
 
 
 _UNROLL = 4
-_VARIADIC = False
 
 
 def _add2(x, y):
@@ -545,12 +549,9 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
         lo = _powers(1.0 - qt, _TABLE)  # z^j, j < 8
         hi = _powers(lo[..., -1] * (1.0 - qt), nb)  # z^(8k)
         e = jnp.where(idx < h[..., None, None], w * lo[..., None, :] * hi[..., :, None], 0.0)
-        if _VARIADIC:
-            s0, s1 = jax.lax.reduce(
-                (e, idx * e), (jnp.zeros((), dt), jnp.zeros((), dt)), _add2, (e.ndim - 2, e.ndim - 1)
-            )
-            return s1 / s0
-        return jnp.sum(idx * e, axis=(-2, -1)) / jnp.sum(e, axis=(-2, -1))
+        zero = jnp.zeros((), dt)  # both sums in one reduction (one kernel)
+        s0, s1 = jax.lax.reduce((e, idx * e), (zero, zero), _add2, (e.ndim - 2, e.ndim - 1))
+        return s1 / s0
 
     dist = jnp.arange(m, dtype=dt)
 
@@ -559,7 +560,7 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
         e = jnp.exp(logit - jnp.max(logit, axis=-1, keepdims=True))
         return jnp.sum(dist * e, axis=-1) / jnp.sum(e, axis=-1)
 
-    def run(mean_distance):
+    def run(mean_distance, unroll):
         def step(st):
             a, b, done, t, over = (st[..., i] for i in range(5))
             qt = a / (a + b)  # 1.
@@ -571,13 +572,13 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
             return jnp.stack([a, b, jnp.where(conv, 1.0, done), t + live, jnp.where(live & o, 1.0, over)], -1)
 
         def body(c):
-            # _UNROLL steps per loop iteration (the loop's own overhead is several kernels' worth); a step
+            # `unroll` steps per loop iteration (the loop's own overhead is several kernels' worth); a step
             # past max_iter is skipped, and its trace write (clamped to the last slot) rewrites the same q_T.
             j, st, tr = c
-            for u in range(_UNROLL):
-                st = step(st) if _UNROLL == 1 else jnp.where(j + u < max_iter, step(st), st)
+            for u in range(unroll):
+                st = step(st) if unroll == 1 else jnp.where(j + u < max_iter, step(st), st)
                 tr = jax.lax.dynamic_update_index_in_dim(tr, st[..., 0] / (st[..., 0] + st[..., 1]), j + u + 1, 0)
-            return j + _UNROLL, st, tr
+            return j + unroll, st, tr
 
         def cond(c):
             j, st, _ = c
@@ -588,7 +589,7 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
         return jax.lax.while_loop(cond, body, (jnp.asarray(0), jnp.stack([a, b, zero, zero, zero], -1), tr0))[1:]
 
     ok = jnp.all(s[..., 0] - c[..., 0] >= 0.5 * math.log(jnp.finfo(dt).tiny))
-    st, tr = jax.lax.cond(ok, lambda: run(table), lambda: run(shifted))
+    st, tr = jax.lax.cond(ok, lambda: run(table, _UNROLL), lambda: run(shifted, 1))  # the rare case: compact
     a, b, t = st[..., 0], st[..., 1], st[..., 3].astype(jnp.int32)
     trace = jnp.where(
         jnp.arange(max_iter + 1) > t[..., None], (a / (a + b))[..., None], jnp.moveaxis(tr, 0, -1)
@@ -670,7 +671,10 @@ def attention(
     integer or ``"auto"`` cap only the ``cap`` tokens nearest the query are
     projected to keys and values and scored (exact whenever no window
     exceeds the cap, which ``"auto"`` guarantees and ``result.overflow``
-    reports). Works under ``jit`` with ``max_window`` ``None`` or an integer.
+    reports; ``"auto"`` checks the finiteness of the tokens it reads only).
+    On the truncated path the scores are :math:`x_i^\top (W_K^\top q)`, equal
+    to :math:`(W_K x_i)^\top q` up to round-off. Works under ``jit`` with
+    ``max_window`` ``None`` or an integer.
 
     Returns:
       :class:`Result` with ``output: (B, d_v)``.
