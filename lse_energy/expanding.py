@@ -612,19 +612,20 @@ def _expanding(q, k, v, alpha0, beta0, mask, *, eps, tol, max_iter, scale):
     return _add_dot_ops(res, d)
 
 
-@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_iter"))
+@partial(jax.jit, static_argnames=("cap", "stop_on_overflow", "eps", "tol", "max_iter"))
 def _expanding_trunc(q, k, v, alpha0, beta0, mask, *, cap, stop_on_overflow, eps, tol, max_iter, scale):
     kc, vc = k[..., :cap, :], v[..., :cap, :]
     sims = scale * jnp.einsum("...d,...nd->...n", q, kc)  # only the first cap dot products
     maskc = None if mask is None else mask[..., :cap]
     return _trunc_core(
-        sims, vc, alpha0, beta0, maskc, k.shape[-2], k.shape[-1], stop_on_overflow, eps, tol, max_iter, (q, kc, vc)
+        sims, vc, alpha0, beta0, maskc, k.shape[-2], k.shape[-1], stop_on_overflow, eps, tol, max_iter, (sims, vc)
     )
 
 
 def _trunc_core(sims, vc, alpha0, beta0, maskc, n, d, stop, eps, tol, max_iter, read):
     # sims, vc: of the first cap keys; nothing of length n is touched (the weights stay (..., cap)).
-    # Returns (result, status): bit 0 any overflow, bit 1 a non-finite value among `read` (what the call read).
+    # Returns (result, status): bit 0 any overflow, bit 1 a non-finite value among `read`: what the call read,
+    # or the products of it (a non-finite input makes them non-finite: NaN * 0 and inf * 0 are NaN).
     res = _meanfield(
         sims, vc, alpha0, beta0, maskc, n, eps=eps, tol=tol, max_iter=max_iter, loop="while", stop_on_overflow=stop
     )
@@ -721,18 +722,21 @@ def _attention_dense(params, x, alpha0, beta0, *, eps, tol, max_iter):
     )
 
 
-@partial(jax.jit, static_argnames=("cap", "eps", "tol", "max_iter"))
+@partial(jax.jit, static_argnames=("cap", "stop_on_overflow", "eps", "tol", "max_iter"))
 def _attention_trunc(params, x, alpha0, beta0, *, cap, stop_on_overflow, eps, tol, max_iter):
     n_keys = x.shape[-2] - 1
     ctx = x[:, n_keys - cap : n_keys]  # the cap tokens nearest the query (position order)
     q = x[:, -1] @ params.wq.T
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    # q . (W_K x_i) = (W_K^T q) . x_i: one matrix-vector product per query instead of projecting cap keys;
-    # reversed afterwards into distance order (index i = token i + 1 back).
-    sims = scale * jnp.einsum("bnd,bd->bn", ctx, q @ params.wk)[:, ::-1]
-    v = (ctx @ params.wv.T)[:, ::-1]
-    read = (x[:, n_keys - cap :], *params)
-    return _trunc_core(sims, v, alpha0, beta0, None, n_keys, q.shape[-1], stop_on_overflow, eps, tol, max_iter, read)
+    # q . (W_K x_i) = (W_K^T q) . x_i: scores and values of the cap tokens in one product with
+    # [W_K^T q, W_V^T] (no keys projected), reversed into distance order (index i = token i + 1 back).
+    proj = jnp.concatenate(
+        [(q @ params.wk)[:, :, None], jnp.broadcast_to(params.wv.T, (len(q),) + params.wv.T.shape)], -1
+    )
+    sv = jnp.einsum("bnd,bde->bne", ctx, proj)[:, ::-1]
+    sims = sv[..., 0] / math.sqrt(q.shape[-1])
+    return _trunc_core(
+        sims, sv[..., 1:], alpha0, beta0, None, n_keys, q.shape[-1], stop_on_overflow, eps, tol, max_iter, (q, sv)
+    )
 
 
 def self_attention_ops(n: int, d: int, d_v: int) -> int:

@@ -69,3 +69,21 @@ def test_rbm_profile_categories_cover_a_compiled_epoch():
     assert bench_rbm._category({"fusion", "exponential", "compare", "convert"}, "f") == bench_rbm.CATEGORIES[1]
     assert bench_rbm._category({"fusion", "exponential", "divide"}, "f") == bench_rbm.CATEGORIES[2]
     assert bench_rbm._category({"dot"}, "dot.1") == bench_rbm.CATEGORIES[0]
+
+
+def test_structural_profile_finds_the_loop_inside_the_call():
+    # bench_structural.profile_call explains the public call's time from a jax.profiler trace of the call
+    # itself; on a jitted while loop it must find the loop inside the program inside the call.
+    import jax
+    import jax.numpy as jnp
+
+    from benchmarks import bench_structural as S
+
+    f = jax.jit(lambda x: jax.lax.while_loop(lambda c: c[0] < 50, lambda c: (c[0] + 1, jnp.sin(c[1])), (0, x))[1])
+    x = jnp.ones(1000)
+    f(x).block_until_ready()
+    p = S.profile_call(lambda: f(x).block_until_ready(), reps=3)
+    if p is None:
+        pytest.skip("jax.profiler wrote no trace here")
+    assert 0 < p["loop"] <= p["device"] <= p["call"]
+    assert 0 <= p["loop_kernels"] <= p["loop"] and p["host"] >= 0
