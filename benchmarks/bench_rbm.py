@@ -155,7 +155,7 @@ def _profile_note(shares: dict[str, float]) -> str:
 # --- the rows ------------------------------------------------------------------------------------------------
 
 
-def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 0.05, reps: int = 5):
+def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 0.05, reps: int = 7):
     try:
         from lse_energy import rbm
     except ImportError:
