@@ -524,8 +524,8 @@ _TABLE = 8  # block of the power table: z^i = z^(i mod 8) * z^(8 (i div 8))
 def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
     r"""The forward-only ``lax.while_loop`` of :func:`_meanfield`, built for few kernels per step.
 
-    The state is one ``(..., 5)`` array :math:`(\alpha_t, \beta_t, \text{done}, T, \text{overflow})`
-    (all exact in floating point) plus the trace; :math:`\max_t H_t` and
+    The state is one ``(..., 6)`` array :math:`(\alpha_t, \beta_t, \text{done}, T, \text{overflow}, q_t)`
+    (the counts exact in floating point) plus the trace; :math:`\max_t H_t` and
     :math:`\sum_t H_t` are recomputed after the loop from the trace, which
     holds the very :math:`q_t = \alpha_t / (\alpha_t + \beta_t)` the loop used.
     The mean distance avoids an ``exp`` per key and step: with
@@ -562,38 +562,39 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
 
     def run(mean_distance, unroll):
         def step(st):
-            a, b, done, t, over = (st[..., i] for i in range(5))
-            qt = a / (a + b)  # 1.
+            a, b, done, t, over, qt = (st[..., i] for i in range(6))  # qt = a / (a + b): 1.
             h, o = window(qt)
             a1, b1 = a + 1.0, b + mean_distance(qt, jnp.log1p(-qt), h.astype(dt))  # 2. and 3.
-            conv = jnp.abs(a1 / (a1 + b1) - qt) < tol
+            q1 = a1 / (a1 + b1)
             live = done == 0
-            a, b = jnp.where(live, a1, a), jnp.where(live, b1, b)
-            return jnp.stack([a, b, jnp.where(conv, 1.0, done), t + live, jnp.where(live & o, 1.0, over)], -1)
+            a, b, qt = jnp.where(live, a1, a), jnp.where(live, b1, b), jnp.where(live, q1, qt)
+            done = jnp.where(jnp.abs(q1 - st[..., 5]) < tol, 1.0, done)
+            return jnp.stack([a, b, done, t + live, jnp.where(live & o, 1.0, over), qt], -1)
 
         def body(c):
-            # `unroll` steps per loop iteration (the loop's own overhead is several kernels' worth); a step
-            # past max_iter is skipped, and its trace write (clamped to the last slot) rewrites the same q_T.
+            # `unroll` steps per loop iteration (the loop's own overhead is several kernels' worth) and one
+            # trace write; a step past max_iter is skipped (its q_T lands in the trace's padding).
             j, st, tr = c
+            qs = []
             for u in range(unroll):
                 st = step(st) if unroll == 1 else jnp.where(j + u < max_iter, step(st), st)
-                tr = jax.lax.dynamic_update_index_in_dim(tr, st[..., 0] / (st[..., 0] + st[..., 1]), j + u + 1, 0)
-            return j + unroll, st, tr
+                qs.append(st[..., 5])
+            return j + unroll, st, jax.lax.dynamic_update_slice_in_dim(tr, jnp.stack(qs), j + 1, 0)
 
         def cond(c):
             j, st, _ = c
             return (j < max_iter) & ~jnp.all(st[..., 2] > 0) & ~(stop & jnp.any(st[..., 4] > 0))
 
-        zero = jnp.zeros(batch, dt)
-        tr0 = jnp.zeros((max_iter + 1,) + batch, dt).at[0].set(a / (a + b))
-        return jax.lax.while_loop(cond, body, (jnp.asarray(0), jnp.stack([a, b, zero, zero, zero], -1), tr0))[1:]
+        zero, q0 = jnp.zeros(batch, dt), a / (a + b)
+        tr0 = jnp.zeros((max_iter + 1 + unroll,) + batch, dt).at[0].set(q0)
+        init = (jnp.asarray(0), jnp.stack([a, b, zero, zero, zero, q0], -1), tr0)
+        st, tr = jax.lax.while_loop(cond, body, init)[1:]
+        return st, tr[: max_iter + 1]
 
     ok = jnp.all(s[..., 0] - c[..., 0] >= 0.5 * math.log(jnp.finfo(dt).tiny))
     st, tr = jax.lax.cond(ok, lambda: run(table, _UNROLL), lambda: run(shifted, 1))  # the rare case: compact
     a, b, t = st[..., 0], st[..., 1], st[..., 3].astype(jnp.int32)
-    trace = jnp.where(
-        jnp.arange(max_iter + 1) > t[..., None], (a / (a + b))[..., None], jnp.moveaxis(tr, 0, -1)
-    )  # held
+    trace = jnp.where(jnp.arange(max_iter + 1) > t[..., None], st[..., 5:], jnp.moveaxis(tr, 0, -1))  # held
     h = window(trace[..., :-1])[0]  # H_s of the steps s < T, from the loop's own q_s
     h = jnp.where(jnp.arange(max_iter) < t[..., None], h, 0)
     carry = (a, b, st[..., 2] > 0, t, jnp.max(h, axis=-1, initial=0), jnp.sum(h, axis=-1), st[..., 4] > 0)
