@@ -11,7 +11,15 @@ JAX can beat that floor, so ``sklearn / floor`` is the largest speed-up attainab
 share of that ceiling reached.
 
 Where the share misses its target, the note cites a profile of the real call (``jax.profiler`` on one jitted
-epoch, :func:`epoch_profile`): the self time of XLA's operations, grouped by what they do.
+epoch, :func:`epoch_profile`): the self time of XLA's operations, grouped by what they do. XLA runs the epoch's
+operations one after another on one thread, splitting the larger elementwise fusions in two; on a loaded machine
+those splits wait for a busy core, so the profile (and the floor, whose GEMMs also use both cores) is only
+meaningful with the load average well below the number of cores.
+
+Not tried, because the maths forbids it: drawing the visible and hidden units of a sweep from the same random
+bits. Block Gibbs needs ``h ~ P(h | v)`` and then ``v' ~ P(v' | h)`` drawn independently of the uniforms behind
+``h``; shared uniforms would couple ``v'_i`` to ``h_j`` beyond their conditional, so the chain's kernel would no
+longer be the Gibbs kernel and CD would follow another stationary distribution than the model's.
 """
 
 from __future__ import annotations
