@@ -16,6 +16,11 @@ says so). The rules:
   on it: :func:`array` (exactly ``ndim`` axes), :func:`matrix` (``(n, cols)``),
   :func:`points` (non-empty ``(rows, d)``), :func:`qk` (queries and keys),
   :func:`bias` (an additive log-prior).
+* :func:`seeds`: a non-empty 1-D sequence of integer seeds.
+* :func:`params`: a model's ``Params`` NamedTuple, each array field checked
+  against a symbolic shape (``{"W": "k d", "b": "k"}``): a symbol is one size
+  wherever it appears, every size is at least 1, and the fields share one
+  floating dtype.
 * :func:`beta`, :func:`default_beta`: an inverse temperature (``None``: ``1/sqrt(d)``).
 * :func:`time_steps`: integer diffusion steps in ``1..T``.
 * :func:`optimizer`: anything with callable ``init`` and ``update`` (an optax
@@ -223,6 +228,36 @@ def matrix(name: str, a, cols: int, what: str) -> Array:
     if a.shape[1] != cols:
         raise ValueError(f"{name} must have {cols} columns ({what}); got shape {a.shape}")
     return float_array(name, a)
+
+
+def params(value, cls, shapes: dict, sizes: dict | None = None, *, name: str = "params") -> tuple:
+    """``value``, an instance of the NamedTuple ``cls``, with its array fields checked against symbolic shapes.
+
+    ``shapes`` maps a field to its axes, e.g. ``{"W": "k d", "b": "k", "c": "d"}``. Each such field
+    must be a finite floating array (:func:`float_array`) of that rank; a symbol has one size wherever
+    it appears, ``sizes`` may fix some in advance (e.g. ``{"d": x.shape[-1]}``), every size is at
+    least 1, and all the fields have the dtype of the first. Fields not in ``shapes`` pass unchanged.
+    Returns ``(value with those fields as arrays, sizes)``, ``sizes`` mapping every symbol to its size.
+    """
+    if not isinstance(value, cls):
+        module = cls.__module__.rsplit(".", 1)[-1]
+        raise ValueError(f"{name} must be {module}.{cls.__name__}; got {type(value).__name__}")
+    sizes, out, first = dict(sizes or {}), {}, None
+    for field, axes in shapes.items():
+        axes, label = axes.split(), f"{name}.{field}"
+        want = "(" + ", ".join(axes) + ("," if len(axes) == 1 else "") + ")"
+        a = jnp.asarray(getattr(value, field))
+        if a.ndim != len(axes):
+            raise ValueError(f"{label} must have shape {want}; got {a.shape}")
+        for sym, n in zip(axes, a.shape):
+            if n < 1 or sizes.setdefault(sym, n) != n:
+                fixed = f"{sym} >= 1" if n < 1 else f"{sym} = {sizes[sym]}"
+                raise ValueError(f"{label} must have shape {want} with {fixed}; got {a.shape}")
+        out[field] = a = float_array(label, a)
+        first = first or (label, a.dtype)
+        if a.dtype != first[1]:
+            raise ValueError(f"{label} must have the dtype of {first[0]} ({first[1]}); got {a.dtype}")
+    return value._replace(**out), sizes
 
 
 def optimizer(opt):

@@ -110,20 +110,14 @@ class Params(NamedTuple):
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be anpc.Params; got {type(params).__name__}")
-    W, B, A = (jnp.asarray(a) for a in params)
-    if W.ndim != 2 or W.shape[0] != W.shape[1] or W.shape[0] < 1:
-        raise ValueError(f"params.weights must have shape (N, N) with N >= 1; got {W.shape}")
-    N = W.shape[0]
-    for name, a in (("biases", B), ("adjacency", A)):
-        if a.shape != (N, N):
-            raise ValueError(f"params.{name} must have shape (N, N) = ({N}, {N}); got {a.shape}")
+    params, sizes = _validate.params(params, Params, {"weights": "N N", "biases": "N N"})
+    N = sizes["N"]
+    A = jnp.asarray(params.adjacency)
+    if A.shape != (N, N):
+        raise ValueError(f"params.adjacency must have shape (N, N) = ({N}, {N}); got {A.shape}")
     if A.dtype != jnp.bool_:
         raise ValueError(f"params.adjacency must be boolean (True marks a synapse j -> i); got {A.dtype}")
-    for name, a in (("weights", W), ("biases", B)):
-        _validate.float_array(f"params.{name}", a)
-    return Params(weights=W, biases=B, adjacency=A)
+    return params._replace(adjacency=A)
 
 
 def _check_x(x, N, name="x") -> Array:

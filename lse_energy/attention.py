@@ -230,16 +230,9 @@ def grad_k(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
 
 
 def _check_cross_tokens(params, xq, xk):
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be attention.Params; got {type(params).__name__}")
-    wq = _validate.float_array("params.wq", params.wq, 2)
-    wk = _validate.float_array("params.wk", params.wk, 2)
+    wq, wk = _validate.params(params, Params, {"wq": "d_k d_in", "wk": "d_k d_in_k"})[0]
     xq = _validate.float_array("xq", xq, 2)
     xk = _validate.float_array("xk", xk, 2)
-    if wq.ndim != 2 or wk.ndim != 2:
-        raise ValueError(f"params.wq and params.wk must be matrices; got {wq.shape}, {wk.shape}")
-    if wq.shape[0] != wk.shape[0]:
-        raise ValueError(f"params.wq and params.wk must have the same number of rows d_k; got {wq.shape}, {wk.shape}")
     if xq.shape[-1] != wq.shape[1]:
         raise ValueError(f"xq has width {xq.shape[-1]} but params.wq expects {wq.shape[1]}")
     if xk.shape[-1] != wk.shape[1]:
@@ -311,15 +304,8 @@ def grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Pa
 
 
 def _check_self(params, x):
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be attention.Params; got {type(params).__name__}")
-    wq = _validate.float_array("params.wq", params.wq, 2)
-    wk = _validate.float_array("params.wk", params.wk, 2)
+    wq, wk = _validate.params(params, Params, {"wq": "d_k d", "wk": "d_k d"})[0]
     x = _validate.float_array("x", x, 2)
-    if wq.ndim != 2 or wq.shape != wk.shape:
-        raise ValueError(
-            f"params.wq and params.wk must be matrices of the same shape (d_k, d); got {wq.shape}, {wk.shape}"
-        )
     if x.shape[-1] != wq.shape[1]:
         raise ValueError(f"x has width {x.shape[-1]} but params.wq expects {wq.shape[1]}")
     return wq, wk, x

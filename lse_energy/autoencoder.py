@@ -88,19 +88,7 @@ class Params(NamedTuple):
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be autoencoder.Params; got {type(params).__name__}")
-    W = _validate.array("params.W", params.W, 2)
-    k, d = W.shape
-    if k < 1 or d < 1:
-        raise ValueError(f"params.W must have shape (k, d) with k, d >= 1; got {W.shape}")
-    b = _validate.float_array("params.b", params.b)
-    c = _validate.float_array("params.c", params.c)
-    if b.shape != (k,):
-        raise ValueError(f"params.b must have shape (k,) = ({k},); got {b.shape}")
-    if c.shape != (d,):
-        raise ValueError(f"params.c must have shape (d,) = ({d},); got {c.shape}")
-    return Params(W, b, c)
+    return _validate.params(params, Params, {"W": "k d", "b": "k", "c": "d"})[0]
 
 
 def _check_activation(activation) -> str:

@@ -131,17 +131,7 @@ class FitExtras(NamedTuple):
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be embedding.Params; got {type(params).__name__}")  # noqa: TRY004
-    U = _validate.array("params.U", params.U, 2)
-    V = _validate.array("params.V", params.V, 2)
-    if U.shape[0] < 1 or U.shape[1] < 1:
-        raise ValueError(f"params.U must have shape (n_vocab, dim) with n_vocab, dim >= 1; got {U.shape}")
-    if V.shape != U.shape:
-        raise ValueError(f"params.V must have the shape of params.U {U.shape}; got {V.shape}")
-    if V.dtype != U.dtype:
-        raise ValueError(f"params.V must have the dtype of params.U ({U.dtype}); got {V.dtype}")
-    return Params(U, V)
+    return _validate.params(params, Params, {"U": "n_vocab dim", "V": "n_vocab dim"})[0]
 
 
 def _check_counts(counts, n: int, dtype, name: str = "counts") -> Array:

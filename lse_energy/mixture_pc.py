@@ -204,23 +204,7 @@ def _predict(params, mu):
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be mixture_pc.Params; got {type(params).__name__}")
-    W1, b1, W2, b2 = (jnp.asarray(a) for a in params)
-    if W1.ndim != 2 or W2.ndim != 2 or b1.ndim != 1 or b2.ndim != 1:
-        raise ValueError(
-            "params must hold W1 (H, m), b1 (H,), W2 (d, H), b2 (d,); got shapes "
-            f"{W1.shape}, {b1.shape}, {W2.shape}, {b2.shape}"
-        )
-    H = W1.shape[0]
-    if b1.shape != (H,) or W2.shape[1] != H or b2.shape != (W2.shape[0],):
-        raise ValueError(
-            "params shapes are inconsistent: need W1 (H, m), b1 (H,), W2 (d, H), b2 (d,); got "
-            f"{W1.shape}, {b1.shape}, {W2.shape}, {b2.shape}"
-        )
-    for name, a in zip(Params._fields, (W1, b1, W2, b2)):
-        _validate.float_array(f"params.{name}", a)
-    return Params(W1, b1, W2, b2)
+    return _validate.params(params, Params, {"W1": "H m", "b1": "H", "W2": "d H", "b2": "d"})[0]
 
 
 def _check_mixture(params, x, mu, mu_name="mu"):

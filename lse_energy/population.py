@@ -120,17 +120,7 @@ class Trajectory(NamedTuple):
 
 
 def _params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be a population.Params; got {type(params).__name__}")  # noqa: TRY004
-    enc = _validate.array("params.encoders", params.encoders, 2)
-    gains = _validate.array("params.gains", params.gains, 1)
-    biases = _validate.array("params.biases", params.biases, 1)
-    n = enc.shape[1]
-    if n < 1 or enc.shape[0] < 1:
-        raise ValueError(f"params.encoders must have shape (d, N) with d, N >= 1; got {enc.shape}")
-    if gains.shape != (n,) or biases.shape != (n,):
-        raise ValueError(f"params.gains and params.biases must have shape ({n},); got {gains.shape}, {biases.shape}")
-    return Params(enc, gains, biases)
+    return _validate.params(params, Params, {"encoders": "d N", "gains": "N", "biases": "N"})[0]
 
 
 def _nonlinearity(fn):

@@ -291,17 +291,6 @@ def _sharded_em_step(params, x, valid, reg_covar, N, mesh):
 _sharded_em_step_jit = jax.jit(_sharded_em_step, static_argnames=("N", "mesh"))
 
 
-def _check_x(x, d=None) -> Array:
-    """The sharded GMM takes continuous data: an integer or boolean ``x`` raises (no silent cast)."""
-    x = jnp.asarray(x)
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        raise ValueError(f"x must have a floating dtype; got {x.dtype} (cast it explicitly)")
-    x = _validate.points("x", x)
-    if d is not None and x.shape[1] != d:
-        raise ValueError(f"x has dimension {x.shape[1]} but params.means has d = {d}")
-    return x
-
-
 def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0) -> gmm.Params:
     r"""One EM step of :func:`lse_energy.gmm.em_step` with the data points sharded over ``mesh``.
 
@@ -332,7 +321,7 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
     if not _multiprocess():
         params = gmm.check_params(params)
         reg = _validate.nonnegative("reg_covar", reg_covar)
-        x = _check_x(x, params.means.shape[1])
+        x = gmm.check_x(x, params.means.shape[1])
         N = x.shape[0]
         xs, valid = shard_rows(x, mesh)
         params = _replicate("params", params, mesh)
@@ -341,7 +330,7 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
     try:  # invalid arguments on any process raise on every process (none waits in a collective)
         params = gmm.check_params(jax.tree.map(partial(_host, "params"), params))
         reg = _validate.nonnegative("reg_covar", reg_covar)
-        x = np.asarray(_check_x(_rows_host("x", x), params.means.shape[1]))
+        x = np.asarray(gmm.check_x(_rows_host("x", x), params.means.shape[1]))
     except ValueError as e:
         error = e
     _agree(error)
@@ -391,8 +380,8 @@ def sharded_fit(
     if _multiprocess() or chunk_rows is not None or _rows.is_streamed(x):
         stream = _sharded_stream(x, mesh, chunk_rows)
         return _local(gmm.streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar))
-    x = _check_x(x)
-    params = gmm.init_params(x, n_components, key=key, reg_covar=reg_covar)
+    params = gmm.init_params(x, n_components, key=key, reg_covar=reg_covar)  # checks x (the only check)
+    x = jnp.asarray(x)
     N = x.shape[0]
     xs, valid = shard_rows(x, mesh)
     shift = _shift(xs, valid, N, mesh)
@@ -413,7 +402,7 @@ def _sharded_stream(x, mesh: Mesh, chunk_rows) -> _rows.Stream:
     error, rows = None, None
     try:
         if not _rows.is_streamed(x):
-            x = np.asarray(_check_x(_rows_host("x", x)))  # in memory: validated whole
+            x = np.asarray(gmm.check_x(_rows_host("x", x)))  # in memory: validated whole
         rows = _rows.RowChunks("x", x, chunk_rows)
     except ValueError as e:
         error = e

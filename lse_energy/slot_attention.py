@@ -104,15 +104,8 @@ class Params(NamedTuple):
 
 
 def _check(params, x, mu, a=None):
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be slot_attention.Params; got {type(params).__name__}")
-    w_k, w_q = (_validate.array(f"params.{f}", getattr(params, f), 2) for f in Params._fields)
+    w_k, w_q = params = _validate.params(params, Params, {"w_k": "d_k d", "w_q": "d_k d_slot"})[0]
     x, mu = _validate.array("x", x, 2), _validate.array("mu", mu, 2)
-    if w_k.shape[0] != w_q.shape[0]:
-        raise ValueError(
-            f"params.w_k and params.w_q must map to the same space (same number of rows); "
-            f"got {w_k.shape} and {w_q.shape}"
-        )
     if x.shape[1] != w_k.shape[1]:
         raise ValueError(f"x must have shape (N, {w_k.shape[1]}) to match params.w_k; got {x.shape}")
     if mu.shape[1] != w_q.shape[1]:
@@ -120,7 +113,6 @@ def _check(params, x, mu, a=None):
     for name, n, what in (("x", x.shape[0], "token (N >= 1)"), ("mu", mu.shape[0], "slot (S >= 1)")):
         if n < 1:
             raise ValueError(f"{name} must hold at least one {what}")
-    params = Params(w_k, w_q)
     if a is None:
         return params, x, mu
     a = _validate.array("a", a, 2)

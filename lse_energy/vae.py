@@ -160,41 +160,18 @@ class FitExtras(NamedTuple):
 
 
 def _check_prior(prior, d_z=None) -> MixturePrior:
-    if not isinstance(prior, MixturePrior):
-        raise ValueError(f"prior must be vae.MixturePrior; got {type(prior).__name__}")  # noqa: TRY004
-    logits = _validate.array("prior.logits", prior.logits, 1)
-    means = _validate.array("prior.means", prior.means, 2)
-    log_scales = _validate.array("prior.log_scales", prior.log_scales, 2)
-    K = logits.shape[0]
-    if K < 1 or means.shape[0] != K:
-        raise ValueError(f"prior.means must have shape (K, d_z) with K = {K} >= 1; got {means.shape}")
-    if d_z is not None and means.shape[1] != d_z:
-        raise ValueError(f"prior.means must have d_z = {d_z} columns; got {means.shape}")
-    if log_scales.shape != means.shape:
-        raise ValueError(f"prior.log_scales must have shape {means.shape}; got {log_scales.shape}")
-    return MixturePrior(logits, means, log_scales)
+    sizes = None if d_z is None else {"d_z": d_z}
+    shapes = {"logits": "K", "means": "K d_z", "log_scales": "K d_z"}
+    return _validate.params(prior, MixturePrior, shapes, sizes, name="prior")[0]
 
 
-_SHAPES = ("(d_x, H)", "(H,)", "(H, d_z)", "(d_z,)", "(H, d_z)", "(d_z,)", "(d_z, H)", "(H,)", "(H, d_x)", "(d_x,)")
+_SHAPES = dict(enc_W="d_x H", enc_b="H", mu_W="H d_z", mu_b="d_z", logvar_W="H d_z", logvar_b="d_z")
+_SHAPES.update(dec_W="d_z H", dec_b="H", out_W="H d_x", out_b="d_x")
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be vae.Params; got {type(params).__name__}")  # noqa: TRY004
-    arrays = [_validate.float_array(f"params.{n}", a) for n, a in zip(Params._fields[:10], params[:10])]
-    enc_W, mu_W = arrays[0], arrays[2]
-    if enc_W.ndim != 2 or mu_W.ndim != 2:
-        raise ValueError(f"params.enc_W and params.mu_W must be matrices; got {enc_W.shape}, {mu_W.shape}")
-    (d_x, H), d_z = enc_W.shape, mu_W.shape[1]
-    sizes = {"d_x": d_x, "H": H, "d_z": d_z}
-    for name, a, spec in zip(Params._fields[:10], arrays, _SHAPES):
-        want = tuple(sizes[s.strip()] for s in spec.strip("(),").split(",") if s.strip())
-        if a.shape != want:
-            raise ValueError(f"params.{name} must have shape {spec} = {want}; got {a.shape}")
-        if a.dtype != enc_W.dtype:
-            raise ValueError(f"params.{name} must have dtype {enc_W.dtype} like params.enc_W; got {a.dtype}")
-    prior = None if params.prior is None else _check_prior(params.prior, d_z)
-    return Params(*arrays, prior)
+    params, sizes = _validate.params(params, Params, _SHAPES)
+    return params._replace(prior=None if params.prior is None else _check_prior(params.prior, sizes["d_z"]))
 
 
 def _check_decoder(decoder: str) -> str:

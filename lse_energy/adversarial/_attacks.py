@@ -79,16 +79,7 @@ class FitExtras(NamedTuple):
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be adversarial.Params; got {type(params).__name__}")  # noqa: TRY004
-    W1 = _validate.array("params.W1", params.W1, 2)
-    h = W1.shape[1]
-    b1 = _validate.array("params.b1", params.b1, 1)
-    W2 = _validate.array("params.W2", params.W2, 2)
-    b2 = _validate.array("params.b2", params.b2, 1)
-    if b1.shape != (h,) or W2.shape[0] != h or b2.shape != (W2.shape[1],):
-        raise ValueError(f"params shapes do not chain: W1 {W1.shape}, b1 {b1.shape}, W2 {W2.shape}, b2 {b2.shape}")
-    return Params(W1, b1, W2, b2)
+    return _validate.params(params, Params, {"W1": "d H", "b1": "H", "W2": "H K", "b2": "K"})[0]
 
 
 def _check_x(params: Params, x, name: str = "x") -> Array:

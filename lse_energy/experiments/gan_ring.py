@@ -278,19 +278,16 @@ def replay(settings: dict, cell: dict) -> dict:
     )
 
 
+def _history_result(settings, h, *more) -> dict:
+    """The stored result of one training history: its per-chunk curves (and ``more`` keys), the last samples."""
+    keys = ("steps", "covered", "high_quality", "counts", "d_loss", "g_loss", *more)
+    return dict({k: h[k] for k in keys}, samples=np.round(h["samples"][-1][: settings["keep_samples"]], 4))
+
+
 def _cell(settings, cell, progress):
     del progress
     h = train_seed(settings, cell["seed"])
-    keep = settings["keep_samples"]
-    result = dict(
-        steps=h["steps"],
-        covered=h["covered"],
-        high_quality=h["high_quality"],
-        counts=h["counts"],
-        d_loss=h["d_loss"],
-        g_loss=h["g_loss"],
-        samples=np.round(h["samples"][-1][:keep], 4),
-    )
+    result = _history_result(settings, h)
     trace = replay(settings, cell)
     trace.update(h["first"])  # the full run's own first steps
     return dict(result=result, trace=trace)
@@ -352,18 +349,8 @@ def _cell_losses(settings, cell, progress):
     _, data, _ = ring(s)
     r = _fit(s, _init(s, seed), data, _chunk_key(seed, 0), s["balanced_steps"])
     early = h["first_chunk"]
-    result = dict(
-        steps=h["steps"],
-        covered=h["covered"],
-        high_quality=h["high_quality"],
-        counts=h["counts"],
-        d_loss=h["d_loss"],
-        g_loss=h["g_loss"],
-        grad_norm=h["grad_norm"],
-        fake_prob=h["fake_prob"],
-        eval_grad_norms=h["eval_grad_norms"],
-        eval_fake_prob=h["eval_fake_prob"],
-        samples=np.round(h["samples"][-1][: s["keep_samples"]], 4),
+    result = _history_result(s, h, "grad_norm", "fake_prob", "eval_grad_norms", "eval_fake_prob")
+    result.update(
         early_steps=np.arange(s["chunk"] // b) * b,
         early_grad_norm=_blocks(early["grad_norm"], b),
         early_fake_prob=_blocks(early["fake_prob"], b),

@@ -256,16 +256,9 @@ def summary(doc: dict) -> dict:
     return out
 
 
+#: The chapter that plots it.
+_CHAPTER = "04_mixture_predictive_coding"
+
 EXPERIMENTS = [
-    store.Experiment(
-        "mixture_pc_teacher",
-        "04_mixture_predictive_coding",
-        SETTINGS,
-        store.per_seed,
-        _cell,
-        _replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    )
+    store.Experiment("mixture_pc_teacher", _CHAPTER, SETTINGS, store.per_seed, _cell, _replay, _RTOL, _ATOL, _REASON)
 ]

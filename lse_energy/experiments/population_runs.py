@@ -230,16 +230,9 @@ def ridge_equivalent(kernel, target, lam: float, sizes) -> dict:
     return {k: np.asarray(v) for k, v in out.items()}
 
 
+#: The chapter that plots it.
+_CHAPTER = "20_population_coding"
+
 EXPERIMENTS = [
-    store.Experiment(
-        "population_scaling",
-        "20_population_coding",
-        SCALING,
-        store.per_seed,
-        _cell,
-        _replay,
-        _RTOL,
-        _ATOL,
-        _REASON,
-    )
+    store.Experiment("population_scaling", _CHAPTER, SCALING, store.per_seed, _cell, _replay, _RTOL, _ATOL, _REASON)
 ]

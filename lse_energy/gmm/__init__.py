@@ -52,6 +52,7 @@ from lse_energy.gmm._em import em, em_step, fit, init_params, m_step, streamed_f
 from lse_energy.gmm._model import (
     Params,
     check_params,
+    check_x,
     energy,
     free_energy,
     grad_covariances,
@@ -70,6 +71,7 @@ Array = jax.Array
 __all__ = [
     "Params",
     "check_params",
+    "check_x",
     "sim",
     "energy",
     "seed_energy",

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from lse_energy import _rows, _validate, core
-from lse_energy.gmm._model import Params, _check_reg, _check_x, _cholesky, _tri_solve, check_params
+from lse_energy.gmm._model import Params, _check_reg, _cholesky, _tri_solve, check_params, check_x
 
 Array = jax.Array
 
@@ -163,7 +163,7 @@ def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
       The updated :class:`Params`.
     """
     params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
+    x = check_x(x, params.means.shape[1])
     reg = _check_reg(reg_covar)
     return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
 
@@ -195,9 +195,12 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
       >>> gmm.init_params(x, 3, key=jax.random.key(1)).covariances.shape
       (3, 2, 2)
     """
-    x = _check_x(x)
-    K = _check_components(n_components, x.shape[0])
-    reg = _check_reg(reg_covar)
+    x = check_x(x)
+    return _init_params(x, _check_components(n_components, x.shape[0]), key, _check_reg(reg_covar))
+
+
+def _init_params(x, K: int, key, reg) -> Params:
+    """:func:`init_params` on arguments its caller has checked."""
     return _initial(x[_rows.choose_rows(key, x.shape[0], K)], _pooled_covariance(x, reg))
 
 
@@ -379,9 +382,9 @@ def fit(
     if chunk_rows is not None or _rows.is_streamed(x):
         stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
         return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar)
-    x = _check_x(x)
+    x = check_x(x)
     _check_fit_args(max_iter, tol)
-    params = init_params(x, n_components, key=key, reg_covar=reg_covar)
+    params = _init_params(x, _check_components(n_components, x.shape[0]), key, _check_reg(reg_covar))
     shift = jnp.mean(x, axis=0)
     return em(
         params,

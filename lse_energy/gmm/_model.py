@@ -52,7 +52,11 @@ def _float(name: str, a):
     return a
 
 
-def _check_x(x, d: int | None = None) -> Array:
+def check_x(x, d: int | None = None) -> Array:
+    """``x`` as a non-empty ``(N, d)`` floating, finite array (``d``, when given, that of the means).
+
+    An integer or boolean ``x`` raises ``ValueError`` (cast it explicitly).
+    """
     x = _validate.points("x", x)
     if d is not None and x.shape[1] != d:
         raise ValueError(f"x has dimension {x.shape[1]} but params.means has d = {d}")
@@ -169,7 +173,7 @@ def sim(params: Params, x, *, normalised: bool = True) -> Array:
       (4, 2)
     """
     params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
+    x = check_x(x, params.means.shape[1])
     return _sim(params, x, normalised)
 
 
@@ -276,7 +280,7 @@ def free_energy(params: Params, x, resp) -> Array:
 def _weights_and_whitened(params, x, normalised):
     """Checked inputs' responsibilities ``r (N, K)`` and ``u = Sigma_k^{-1}(x_i - mu_k)`` ``(K, N, d)``."""
     params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
+    x = check_x(x, params.means.shape[1])
     return core.weights(_sim(params, x, normalised)), _precision_times_diff(params, x)[2]
 
 
@@ -336,7 +340,7 @@ def grad_covariances(params: Params, x, *, normalised: bool = True) -> Array:
       (symmetrising) Cholesky factorisation.
     """
     params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
+    x = check_x(x, params.means.shape[1])
     r = core.weights(_sim(params, x, normalised))
     L, _, u = _precision_times_diff(params, x)
     outer = jnp.einsum("ik,kia,kib->kab", r, u, u)
@@ -366,6 +370,6 @@ def grad_weights(params: Params, x, *, normalised: bool = True) -> Array:
       ``(K,)``.
     """
     params = check_params(params)
-    x = _check_x(x, params.means.shape[1])
+    x = check_x(x, params.means.shape[1])
     r = core.weights(_sim(params, x, normalised))
     return -jnp.sum(r, axis=0) / params.weights

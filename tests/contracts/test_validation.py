@@ -1071,7 +1071,7 @@ CASES: list[Case] = [
         "shape",
         slot_args,
         lambda a: dict(params=a["params"]._replace(w_q=_normal((2, 2)))),
-        r"params.w_k and params.w_q must map to the same space",
+        r"params.w_q must have shape \(d_k, d_slot\) with d_k = 3",
         "maps",
     ),
     C(
@@ -1826,7 +1826,7 @@ CASES += [
         "shape",
         emb_params_only,
         lambda a: dict(params=a["params"]._replace(V=jnp.ones((4, 3)))),
-        r"params.V must have the shape of params.U \(4, 2\)",
+        r"params.V must have shape \(n_vocab, dim\) with dim = 2",
         "V_shape",
     ),
     C(
@@ -3118,7 +3118,7 @@ CASES += [
         "type",
         pop_x,
         lambda a: dict(params=tuple(a["params"])),
-        r"params must be a population.Params",
+        r"params must be population.Params",
         "params_tuple",
     ),
     # lif
@@ -3495,7 +3495,7 @@ CASES += [
         "shape",
         adv_x,
         lambda a: dict(params=a["params"]._replace(b1=jnp.zeros(4))),
-        r"params shapes do not chain",
+        r"params.b1 must have shape \(H,\) with H = \d+",
         "b1",
     ),
     C(adversarial.logits, "finite", adv_x, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_x"),
@@ -4458,3 +4458,47 @@ def test_all_finite_flags_nan_and_inf(make):
         y = x.copy()
         y[2, 1] = bad
         assert not all_finite(make(y))
+
+
+def test_params_rule_checks_symbols_sizes_and_dtype():
+    """``_validate.params``: one size per symbol, every size >= 1, one dtype, the right class."""
+    from typing import NamedTuple
+
+    from lse_energy._validate import params
+
+    class P(NamedTuple):
+        W: jnp.ndarray
+        b: jnp.ndarray
+        c: jnp.ndarray
+        tag: str
+
+    shapes = {"W": "k d", "b": "k", "c": "d"}
+    good = P(jnp.ones((2, 3)), jnp.ones(2), jnp.ones(3), "kept")
+    checked, sizes = params(good, P, shapes)
+    assert sizes == {"k": 2, "d": 3} and checked.tag == "kept"
+    assert params(good, P, shapes, {"d": 3})[1] == {"k": 2, "d": 3}
+    bad = [
+        (good._replace(b=jnp.ones(3)), r"params\.b must have shape \(k,\) with k = 2; got \(3,\)"),
+        (good._replace(c=jnp.ones((3, 1))), r"params\.c must have shape \(d,\); got \(3, 1\)"),
+        (P(jnp.ones((0, 3)), jnp.ones(0), jnp.ones(3), ""), r"params\.W must have shape \(k, d\) with k >= 1"),
+        (good._replace(b=jnp.ones(2, jnp.float16)), r"params\.b must have the dtype of params\.W"),
+        (good._replace(c=jnp.ones(3, int)), r"params\.c must have a floating dtype"),
+        (good._replace(W=jnp.full((2, 3), jnp.nan)), r"params\.W must be finite"),
+        (tuple(good), r"params must be test_validation\.P; got tuple"),
+    ]
+    for value, match in bad:
+        with pytest.raises(ValueError, match=match):
+            params(value, P, shapes)
+    with pytest.raises(ValueError, match=r"params\.W must have shape \(k, d\) with d = 4"):
+        params(good, P, shapes, {"d": 4})
+    with pytest.raises(ValueError, match=r"prior\.b"):
+        params(good._replace(b=jnp.ones(3)), P, shapes, name="prior")
+
+
+def test_seeds_rule():
+    from lse_energy._validate import seeds
+
+    np.testing.assert_array_equal(seeds([3, 1]), [3, 1])
+    for bad in ([], [[1, 2]], [1.0, 2.0], [True]):
+        with pytest.raises(ValueError, match="seeds must be a non-empty 1-D sequence of integers"):
+            seeds(bad)
