@@ -528,10 +528,10 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
     (the counts exact in floating point) plus the trace; :math:`\max_t H_t` and
     :math:`\sum_t H_t` are recomputed after the loop from the trace, which
     holds the very :math:`q_t = \alpha_t / (\alpha_t + \beta_t)` the loop used.
-    The mean distance avoids an ``exp`` per key and step: with
+    The mean distance takes no ``exp`` per key and step: with
     :math:`w_i = e^{s_i - c}` (once, :math:`c = \max_i s_i`) and
-    :math:`z = 1 - q_t`, :math:`e_i = w_i z^{i \bmod 8} z^{8 \lfloor i/8 \rfloor}`
-    (``8 + m/8`` exponentials per query and step instead of ``m``). On the
+    :math:`z = 1 - q_t`, :math:`e_i = w_i z^{i \bmod 8} z^{8 \lfloor i/8 \rfloor}`,
+    the ``8 + m/8`` powers of each query by binary powering (a few ulp). On the
     window :math:`z^i > \varepsilon` (:math:`i \ln z > (H - 1) \ln z > \ln \varepsilon`),
     so nothing underflows unless :math:`w_0` does; when some
     :math:`s_0 - c` is below half the log of the smallest normal number, the
