@@ -636,6 +636,22 @@ CASES: list[Case] = [
     ),
     C(gmm.fit, "dtype", gmm_fit, lambda a: dict(n_components=True), r"n_components must be an integer", "bool_K"),
     C(
+        gmm.check_x,
+        "dtype",
+        lambda: dict(x=_normal((5, 2))),
+        lambda a: dict(x=_ints(a["x"])),
+        r"x must have a floating dtype",
+        "int_x",
+    ),
+    C(
+        gmm.check_x,
+        "shape",
+        lambda: dict(x=_normal((5, 2)), d=2),
+        lambda a: dict(d=3),
+        r"x has dimension 2 but params.means has d = 3",
+        "x_dim",
+    ),
+    C(
         gmm.init_params,
         "K",
         lambda: dict(x=_normal((30, 2)), n_components=2, key=KEY),
