@@ -407,14 +407,13 @@ def test_auto_cap_cache_is_exact_and_keyed_by_shape():
     params = expanding.Params(*toy.init_toy("one_layer", 6, 4, key=jax.random.key(1)))
     x, _, _ = toy.sample_expanding(task, 201, 8, 0.2, key=jax.random.key(2))
     assert _auto_and_dense(x, params, 30.0) == 32  # short windows: the first cap is enough
-    # Same shape, data needing long windows: the cached 32 overflows and grows (a cache trusted without the
-    # overflow check would return a clipped, wrong result here).
-    big = _auto_and_dense(x, params, 0.3)
-    assert big >= 128
-    assert _auto_and_dense(x, params, 30.0) == big  # the cache only grows: exact, if larger than needed
+    # Same shape, data needing longer windows (up to 45): the cached 32 overflows and grows (a cache trusted
+    # without the overflow check would return a clipped, wrong result here).
+    assert _auto_and_dense(x, params, 1.0) == 64
+    assert _auto_and_dense(x, params, 30.0) == 64  # the cache only grows: exact, if larger than needed
     # Another shape with fewer keys than the cached cap: it starts afresh (a cache that ignored the shape
-    # would start at `big`, more than its 99 keys).
-    x2, _, _ = toy.sample_expanding(task, 100, 8, 0.2, key=jax.random.key(3))
+    # would start at 64, more than its 49 keys).
+    x2, _, _ = toy.sample_expanding(task, 50, 8, 0.2, key=jax.random.key(3))
     assert _auto_and_dense(x2, params, 30.0) == 32
     assert len(expanding._CAPS) == 2
 
