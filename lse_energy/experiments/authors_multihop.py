@@ -631,26 +631,9 @@ def run_fig3(
         _validate.positive(name, v)
     mass, max_iter = _validate.open_unit("mass", mass), _validate.count("max_iter", max_iter, 1)
     keys = jnp.stack([jax.random.key(int(s)) for s in seeds])
-    out = _run_fig3(
-        keys,
-        jnp.asarray(ps, jnp.result_type(float)),
-        model=model,
-        d=d,
-        n=n,
-        n_steps=n_steps,
-        n_cont=n_cont,
-        batch=batch,
-        lr=lr,
-        weight_decay=weight_decay,
-        x0_high=x0_high,
-        noise=noise,
-        n_test=n_test,
-        alpha0=float(alpha0),
-        beta0=float(beta0),
-        mass=mass,
-        tol=float(tol),
-        max_iter=max_iter,
-    )
+    static = dict(model=model, d=d, n=n, n_steps=n_steps, n_cont=n_cont, batch=batch, lr=lr, weight_decay=weight_decay)
+    static.update(x0_high=x0_high, noise=noise, n_test=n_test, alpha0=float(alpha0), beta0=float(beta0), mass=mass)
+    out = _run_fig3(keys, jnp.asarray(ps, jnp.result_type(float)), tol=float(tol), max_iter=max_iter, **static)
     _validate.require_finite(
         f"authors_multihop.run_fig3 ({model})", out["loss"], steps=jnp.moveaxis(out["loss"], -1, 0), hint="lower lr"
     )
