@@ -124,21 +124,7 @@ _concrete = _validate.is_concrete
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be rbm.Params; got {type(params).__name__}")
-    W, b, c = (jnp.asarray(a) for a in params)
-    if W.ndim != 2:
-        raise ValueError(f"params.W must have shape (n_visible, n_hidden); got {W.shape}")
-    if b.shape != (W.shape[0],):
-        raise ValueError(f"params.b must have shape ({W.shape[0]},) to match W; got {b.shape}")
-    if c.shape != (W.shape[1],):
-        raise ValueError(f"params.c must have shape ({W.shape[1]},) to match W; got {c.shape}")
-    for name, a in (("W", W), ("b", b), ("c", c)):
-        if not jnp.issubdtype(a.dtype, jnp.floating):
-            raise ValueError(f"params.{name} must have a floating dtype; got {a.dtype}")
-        if _concrete(a) and not bool(np.all(np.isfinite(np.asarray(a)))):
-            raise ValueError(f"params.{name} must be finite")
-    return Params(W, b, c)
+    return _validate.params(params, Params, {"W": "n_visible n_hidden", "b": "n_visible", "c": "n_hidden"})[0]
 
 
 def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Array:
@@ -170,8 +156,7 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data
     """
     n_visible = _validate.count("n_visible", n_visible, 1)
     n_hidden = _validate.count("n_hidden", n_hidden, 1)
-    if not (np.isfinite(scale) and scale >= 0):
-        raise ValueError(f"scale must be finite and >= 0; got {scale!r}")
+    _validate.nonnegative("scale", scale)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
     W = scale * core.random_normal(key, (n_visible, n_hidden), dtype)

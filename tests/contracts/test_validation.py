@@ -1365,7 +1365,7 @@ CASES: list[Case] = [
         "shape",
         rbm_args,
         lambda a: dict(params=a["params"]._replace(c=jnp.zeros(3))),
-        r"params.c must have shape \(2,\) to match W",
+        r"params.c must have shape \(n_hidden,\) with n_hidden = 2",
         "c_shape",
     ),
     C(

@@ -438,7 +438,7 @@ def test_validation_errors():
     key = jax.random.key(0)
     with pytest.raises(ValueError, match="params must be rbm\\.Params"):
         rbm.energy((p.W, p.b, p.c), v)
-    with pytest.raises(ValueError, match=r"params.b must have shape \(10,\) to match W"):
+    with pytest.raises(ValueError, match=r"params.b must have shape \(n_visible,\) with n_visible = 10"):
         rbm.energy(p._replace(b=jnp.zeros(M + 1)), v)
     with pytest.raises(ValueError, match="x must be binary"):
         rbm.fit(p, v + 0.2, key=key, optimizer=SGD, n_epochs=1, batch_size=1)
