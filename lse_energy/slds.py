@@ -104,44 +104,19 @@ class Params(NamedTuple):
 _concrete = _validate.is_concrete
 
 
-def _check_x(x, name: str = "x") -> Array:
-    x = jnp.asarray(x)
-    if x.ndim != 2:
-        raise ValueError(f"{name} must have shape (T, d); got {x.shape}")
+def _check_x(x) -> Array:
+    x = _validate.points("x", x)
     if x.shape[0] < 2:
-        raise ValueError(f"{name} must hold at least two time steps (T >= 2); got T = {x.shape[0]}")
-    if x.shape[1] < 1:
-        raise ValueError(f"{name} must have d >= 1; got shape {x.shape}")
-    return _validate.float_array(name, x)
+        raise ValueError(f"x must hold at least two time steps (T >= 2); got T = {x.shape[0]}")
+    return x
 
 
 def _check_params(params, d: int | None = None) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be slds.Params; got {type(params).__name__}")
-    w, A, b, S = (jnp.asarray(v) for v in params)
-    if w.ndim != 1 or w.shape[0] < 1:
-        raise ValueError(f"params.weights must have shape (K,) with K >= 1; got {w.shape}")
-    K = w.shape[0]
-    if A.ndim != 3 or A.shape[0] != K or A.shape[1] != A.shape[2]:
-        raise ValueError(f"params.A must have shape (K, d, d) with K = {K}; got {A.shape}")
-    dd = A.shape[1]
-    if d is not None and dd != d:
-        raise ValueError(f"params.A has state dimension {dd} but x has d = {d}")
-    if b.shape != (K, dd):
-        raise ValueError(f"params.b must have shape (K, d) = {(K, dd)}; got {b.shape}")
-    if S.shape != (K, dd, dd):
-        raise ValueError(f"params.covariances must have shape (K, d, d) = {(K, dd, dd)}; got {S.shape}")
-    for name, v in (("weights", w), ("A", A), ("b", b), ("covariances", S)):
-        if not jnp.issubdtype(v.dtype, jnp.floating):
-            raise ValueError(f"params.{name} must have a floating dtype; got {v.dtype}")
-    if _concrete(w, A, b, S):
-        wn, Sn = np.asarray(w), np.asarray(S)
-        for name, v in (("weights", wn), ("A", A), ("b", b), ("covariances", Sn)):
-            if not np.all(np.isfinite(np.asarray(v))):
-                raise ValueError(f"params.{name} must be finite")
-        _validate.simplex("params.weights", w)
-        _validate.spd_stack("params.covariances", S)
-    return Params(w, A, b, S)
+    shapes = {"weights": "K", "A": "K d d", "b": "K d", "covariances": "K d d"}
+    params = _validate.params(params, Params, shapes, None if d is None else {"d": d})[0]
+    _validate.simplex("params.weights", params.weights)
+    _validate.spd_stack("params.covariances", params.covariances)
+    return params
 
 
 # ---------------------------------------------------------------------------
@@ -456,12 +431,11 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> Params:
     resp = jnp.asarray(resp)
     if resp.ndim != 2 or resp.shape[0] != x.shape[0] - 1 or resp.shape[1] < 1:
         raise ValueError(f"resp must have shape (T-1, K) = ({x.shape[0] - 1}, K); got {resp.shape}")
-    if not jnp.issubdtype(resp.dtype, jnp.floating):
-        raise ValueError(f"resp must have a floating dtype; got {resp.dtype}")
+    resp = _validate.float_array("resp", resp)
     if _concrete(resp):
         rn = np.asarray(resp)
-        if not np.all(np.isfinite(rn)) or np.any(rn < 0):
-            raise ValueError("resp must be finite and non-negative")
+        if np.any(rn < 0):
+            raise ValueError("resp must be non-negative")
         if np.any(rn.sum(axis=0) <= 0):
             raise ValueError("resp: every mode needs a positive total responsibility N_k")
     return _m_step(x, resp.astype(x.dtype), reg_covar)
@@ -786,10 +760,5 @@ def impute(params: Params, x, missing, *, n_steps: int = 200, step_size=None, no
         adjacent = bool(np.any(mask[1:] & mask[:-1]))
         step_size = 1.0 / smoothness_bound(params, adjacent=adjacent)
     else:
-        try:
-            ok = bool(np.ndim(step_size) == 0 and np.isfinite(step_size) and step_size > 0)
-        except TypeError:
-            ok = False
-        if not ok:
-            raise ValueError(f"step_size must be finite and > 0; got {step_size}")
+        _validate.positive("step_size", step_size)
     return _impute(params, x, jnp.asarray(mask), jnp.asarray(step_size, x.dtype), int(n_steps), bool(normalised))

@@ -679,7 +679,7 @@ CASES: list[Case] = [
     ),
     C(gmm.fit, "positive", gmm_fit, lambda a: dict(tol="a"), r"tol must be a finite scalar >= 0", "string_tol"),
     # --- slds ---------------------------------------------------------------
-    C(slds.energy, "shape", slds_energy, lambda a: dict(x=a["x"][:, 0]), r"x must have shape \(T, d\)", "x_1d"),
+    C(slds.energy, "shape", slds_energy, lambda a: dict(x=a["x"][:, 0]), r"x must have shape \(rows, d\)", "x_1d"),
     C(
         slds.energy,
         "shape",
@@ -693,7 +693,7 @@ CASES: list[Case] = [
         "shape",
         slds_energy,
         lambda a: dict(x=_normal((8, 3))),
-        r"params.A has state dimension 2 but x has d = 3",
+        r"params.A must have shape \(K, d, d\) with d = 3",
         "x_dim",
     ),
     C(
@@ -795,7 +795,7 @@ CASES: list[Case] = [
         "shape",
         slds_sample,
         lambda a: dict(x0=jnp.zeros(3)),
-        r"params.A has state dimension 2 but x has d = 3",
+        r"params.A must have shape \(K, d, d\) with d = 3",
         "x0_dim",
     ),
     C(
@@ -2382,7 +2382,7 @@ CASES += [
         "domain",
         slds_m_step,
         lambda a: dict(resp=-a["resp"]),
-        r"resp must be finite and non-negative",
+        r"resp must be non-negative",
         "negative_resp",
     ),
     C(
