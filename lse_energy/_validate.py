@@ -260,10 +260,10 @@ def params(value, cls, shapes: dict, sizes: dict | None = None, *, name: str = "
     return value._replace(**out), sizes
 
 
-def optimizer(opt):
+def optimizer(opt, name: str = "optimizer"):
     """An optax ``GradientTransformation`` (anything with callable ``init`` and ``update``)."""
     if not (callable(getattr(opt, "init", None)) and callable(getattr(opt, "update", None))):
-        raise ValueError("optimizer must be an optax GradientTransformation (with init and update)")
+        raise ValueError(f"{name} must be an optax GradientTransformation (with init and update)")
     return opt
 
 

@@ -383,19 +383,11 @@ def fit(
         stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
         return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar)
     x = check_x(x)
-    _check_fit_args(max_iter, tol)
-    params = _init_params(x, _check_components(n_components, x.shape[0]), key, _check_reg(reg_covar))
+    max_iter, tol = _check_fit_args(max_iter, tol)
+    reg = _check_reg(reg_covar)
+    params = _init_params(x, _check_components(n_components, x.shape[0]), key, reg)
     shift = jnp.mean(x, axis=0)
-    return em(
-        params,
-        _local_statistics,
-        (x, shift),
-        n=x.shape[0],
-        shift=shift,
-        max_iter=max_iter,
-        tol=tol,
-        reg_covar=reg_covar,
-    )
+    return _em(params, _local_statistics, (x, shift), x.shape[0], shift, max_iter, tol, reg)
 
 
 def em(
@@ -421,17 +413,20 @@ def em(
       :class:`~lse_energy.core.FitResult` as :func:`fit`.
     """
     params = check_params(params)
-    max_iter, tol_f = _check_fit_args(max_iter, tol)
-    reg = _check_reg(reg_covar)
-    shift = jnp.asarray(shift)
+    max_iter, tol = _check_fit_args(max_iter, tol)
+    return _em(params, statistics, data, operator.index(n), jnp.asarray(shift), max_iter, tol, _check_reg(reg_covar))
+
+
+def _em(params, statistics, data, n: int, shift, max_iter: int, tol: float, reg: float):
+    """:func:`em` on checked arguments (:func:`fit` checks them once)."""
     params, trace, n_iter, done, failed = _em_jit(
         params,
         statistics,
         tuple(data),
-        operator.index(n),
+        n,
         shift,
         max_iter,
-        jnp.asarray(tol_f, shift.dtype),
+        jnp.asarray(tol, shift.dtype),
         jnp.asarray(reg, shift.dtype),
     )
     _raise_if_failed(failed, reg)
