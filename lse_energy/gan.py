@@ -171,34 +171,33 @@ class Coverage(NamedTuple):
 # ---------------------------------------------------------------------------
 
 
-def _check_mlp(mlp, name: str) -> MLP:
-    if not isinstance(mlp, MLP):
-        raise ValueError(f"{name} must be gan.MLP; got {type(mlp).__name__}")
-    ws, bs = tuple(mlp.weights), tuple(mlp.biases)
+class _Layer(NamedTuple):
+    """Layer ``i`` of an :class:`MLP` (``weights[i]``, ``biases[i]``), as :func:`_check_mlp` checks it."""
+
+    weights: Array
+    biases: Array
+
+
+def _check_mlp(mlp, name: str, ends=("n_0", "n_L"), sizes=None) -> MLP:
+    """``mlp``, layer ``i`` checked as ``{name}.layers[i]`` by ``_validate.params``: weights ``(n_i, n_{i+1})``,
+    biases ``(n_{i+1},)``; ``ends`` names ``n_0`` and ``n_L``, ``sizes`` may fix them; one dtype throughout."""
+    ws, bs = map(tuple, _validate.params(mlp, MLP, {}, name=name)[0])
     if len(ws) < 1 or len(ws) != len(bs):
         raise ValueError(f"{name} must have as many biases as weights (>= 1); got {len(ws)} and {len(bs)}")
-    ws = tuple(_validate.array(f"{name}.weights[{i}]", w, 2) for i, w in enumerate(ws))
-    bs = tuple(_validate.array(f"{name}.biases[{i}]", b, 1) for i, b in enumerate(bs))
-    for i, (w, b) in enumerate(zip(ws, bs)):
-        if b.shape[0] != w.shape[1] or (i > 0 and w.shape[0] != ws[i - 1].shape[1]):
-            raise ValueError(f"{name}: layer {i} has weights {w.shape} and biases {b.shape}, which do not chain")
-        if w.dtype != ws[0].dtype or b.dtype != ws[0].dtype:
+    axes, layers = [ends[0], *(f"n_{i}" for i in range(1, len(ws))), ends[1]], []
+    for i, layer in enumerate(map(_Layer, ws, bs)):
+        shapes = {"weights": f"{axes[i]} {axes[i + 1]}", "biases": axes[i + 1]}
+        layer, sizes = _validate.params(layer, _Layer, shapes, sizes, name=f"{name}.layers[{i}]")
+        if layers and layer.weights.dtype != layers[0].weights.dtype:
             raise ValueError(f"{name}: every weight and bias must share one dtype; layer {i} does not")
-    return MLP(ws, bs)
+        layers.append(layer)
+    return MLP(*map(tuple, zip(*layers)))
 
 
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be gan.Params; got {type(params).__name__}")
-    g = _check_mlp(params.generator, "params.generator")
-    d = _check_mlp(params.discriminator, "params.discriminator")
-    if d.weights[-1].shape[1] != 1:
-        raise ValueError(f"params.discriminator must output one logit; got {d.weights[-1].shape[1]} outputs")
-    if g.weights[-1].shape[1] != d.weights[0].shape[0]:
-        raise ValueError(
-            f"params.generator outputs {g.weights[-1].shape[1]} dimensions but "
-            f"params.discriminator reads {d.weights[0].shape[0]}"
-        )
+    g, d = _validate.params(params, Params, {})[0]
+    g = _check_mlp(g, "params.generator", ("noise_dim", "data_dim"))
+    d = _check_mlp(d, "params.discriminator", ("data_dim", "logit"), {"data_dim": g.weights[-1].shape[1], "logit": 1})
     if g.weights[0].dtype != d.weights[0].dtype:
         raise ValueError("params.generator and params.discriminator must share one dtype")
     return Params(g, d)

@@ -2636,7 +2636,7 @@ CASES += [
                 )
             )
         ),
-        r"params\.discriminator\.weights\[0\] must be finite",
+        r"params\.discriminator\.layers\[0\]\.weights must be finite",
         "nan_weight",
     ),
     C(
@@ -2652,7 +2652,7 @@ CASES += [
         "shape",
         gan_args,
         lambda a: dict(params=a["params"]._replace(discriminator=a["params"].generator)),
-        r"params\.discriminator must output one logit",
+        r"params\.discriminator\.layers\[1\]\.weights must have shape \(n_1, logit\) with logit = 1",
         "two_logits",
     ),
     C(
