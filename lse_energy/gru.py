@@ -214,36 +214,15 @@ def param_count(params) -> int:
     return int(sum(int(np.prod(a.shape)) for a in params))
 
 
-def _check_params(params):
-    if not isinstance(params, (Params, MinParams)):
-        raise ValueError(f"params must be gru.Params or gru.MinParams; got {type(params).__name__}")  # noqa: TRY004
-    arrays = [_validate.float_array(f"params.{f}", a) for f, a in zip(params._fields, params)]
-    params = type(params)(*arrays)
-    D, H = params.U.shape if params.U.ndim == 2 else (None, None)
-    if H is None:
-        raise ValueError(f"params.U must have shape (D, H); got {params.U.shape}")
-    K = params.c.shape[0] if params.c.ndim == 1 else None
-    if K is None:
-        raise ValueError(f"params.c must have shape (K,); got {params.c.shape}")
-    shapes = {
-        "W": (H, H),
-        "W_g": (H, H),
-        "W_r": (H, H),
-        "U": (D, H),
-        "U_g": (D, H),
-        "U_r": (D, H),
-        "b": (H,),
-        "b_g": (H,),
-        "b_r": (H,),
-        "V": (H, K),
-        "c": (K,),
-    }
-    for f, a in zip(params._fields, params):
-        if a.shape != shapes[f]:
-            raise ValueError(f"params.{f} must have shape {shapes[f]}; got {a.shape}")
-    if len({a.dtype for a in params}) != 1:
-        raise ValueError("params must share one dtype")
-    return params
+_SHAPES = dict(W="H H", U="D H", b="H", W_g="H H", U_g="D H", b_g="H", W_r="H H", U_r="D H", b_r="H", V="H K", c="K")
+
+
+def _check_params(params, cls=None):
+    """A :class:`Params` or :class:`MinParams` (a ``cls`` when given), checked by ``_validate.params``."""
+    if cls is None and not isinstance(params, (Params, MinParams)):
+        raise ValueError(f"params must be gru.Params or gru.MinParams; got {type(params).__name__}")
+    cls = cls or type(params)
+    return _validate.params(params, cls, {f: _SHAPES[f] for f in cls._fields})[0]
 
 
 def _check_xs(params, xs, name="xs"):
@@ -311,9 +290,7 @@ def gru_cell(params: Params, h, x) -> Array:
     second term is the previous state :math:`h^{n-1}` (the transcription's
     tildes stand for vector arrows), which is what this computes.
     """
-    params = _check_params(params)
-    if not isinstance(params, Params):
-        raise ValueError("params must be gru.Params (the GRU's; minGRU has no cell with h-dependence)")  # noqa: TRY004
+    params = _check_params(params, Params)
     H, D = params.W.shape[0], params.U.shape[0]
     h = _validate.float_array("h", h, 1)
     x = _validate.float_array("x", x, 1)
@@ -335,9 +312,7 @@ def _gru_states(p, xs):
 
 def gru(params: Params, xs) -> Array:
     r"""GRU hidden states ``(B, N, H)`` of sequences ``xs`` ``(B, N, D)``, from :math:`h^0 = 0` (``lax.scan``)."""
-    params = _check_params(params)
-    if not isinstance(params, Params):
-        raise ValueError("params must be gru.Params; use min_gru for gru.MinParams")  # noqa: TRY004
+    params = _check_params(params, Params)
     return _gru_states(params, _check_xs(params, xs))
 
 
@@ -358,7 +333,7 @@ def min_coefficients(params: MinParams, xs) -> tuple[Array, Array]:
     (§18.4 of the lecture notes). :math:`1 - g = \sigma(-u)` is evaluated as
     such, so that it keeps full relative precision when the gate is near 1.
     """
-    params = _check_minparams(params)
+    params = _check_params(params, MinParams)
     a, b, _ = _min_coefficients(params, _check_xs(params, xs))
     return a, b
 
@@ -570,13 +545,6 @@ def grad_scan_log(log_a, log_b, log_h0, cotangent) -> tuple[Array, Array, Array]
     return g_a, g_c[1:], g_c[0]
 
 
-def _check_minparams(params):
-    params = _check_params(params)
-    if not isinstance(params, MinParams):
-        raise ValueError("params must be gru.MinParams; use gru for gru.Params")  # noqa: TRY004
-    return params
-
-
 def _min_states(p, xs, method):
     a, b, log_a = _min_coefficients(p, xs)
     a, b, log_a = (jnp.swapaxes(v, 0, 1) for v in (a, b, log_a))  # time first
@@ -621,7 +589,7 @@ def min_gru(params: MinParams, xs, *, method: str = "parallel") -> Array:
       ... )
       ((2, 5, 4), True)
     """
-    params = _check_minparams(params)
+    params = _check_params(params, MinParams)
     return _min_states(params, _check_xs(params, xs), _check_method(method))
 
 

@@ -2789,8 +2789,7 @@ CASES += [
         "type",
         gru_min_args,
         lambda a: dict(params=tuple(a["params"])),
-        r"params must be gru\.Params or "
-        r"gru\.MinParams",
+        r"params must be gru\.MinParams; got tuple",
         "tuple_params",
     ),
     C(
@@ -2807,7 +2806,7 @@ CASES += [
         "shape",
         gru_min_args,
         _replace_params("V", lambda v: v[:, :1]),
-        r"params\.V must have shape \(4, 2\)",
+        r"params\.c must have shape \(K,\) with K = 1",
         "readout",
     ),
     C(
@@ -2823,7 +2822,7 @@ CASES += [
         "shape",
         gru_gru_args,
         _replace_params("W", lambda w: w[:, :3]),
-        r"params\.W must have shape \(4, 4\)",
+        r"params\.W must have shape \(H, H\) with H = 4",
         "W",
     ),
     C(gru.gru_cell, "shape", gru_cell_args, lambda a: dict(h=_normal((2, 3))), r"h must end in H = 4", "h"),
