@@ -88,33 +88,26 @@ def _sizes(params: Params) -> tuple:
     return (params.prior_mean.shape[-1],) + tuple(W.shape[0] for W in params.weights)
 
 
+class _Layer(NamedTuple):
+    """``params.layers[i]`` in messages: ``weights[i]`` and ``biases[i]``, layer ``i + 1`` to ``i + 2``."""
+
+    weights: Array
+    biases: Array
+
+
 def _check_params(params) -> Params:
-    if not isinstance(params, Params):
-        raise ValueError(f"params must be pcn.Params; got {type(params).__name__}")
-    Ws = tuple(jnp.asarray(W) for W in params.weights)
-    bs = tuple(jnp.asarray(b) for b in params.biases)
-    m = jnp.asarray(params.prior_mean)
-    if len(Ws) < 1 or len(Ws) != len(bs):
+    params, sizes = _validate.params(params, Params, {"prior_mean": "n_1"})
+    if len(params.weights) < 1 or len(params.weights) != len(params.biases):
         raise ValueError(
-            f"params must hold L - 1 >= 1 weights and as many biases; got {len(Ws)} weights and {len(bs)} biases"
+            f"params must hold L - 1 >= 1 weights and as many biases; "
+            f"got {len(params.weights)} weights and {len(params.biases)} biases"
         )
-    if m.ndim != 1:
-        raise ValueError(f"params.prior_mean must have shape (n_1,); got {m.shape}")
-    n = m.shape[0]
-    for l, (W, b) in enumerate(zip(Ws, bs), start=1):
-        if W.ndim != 2 or W.shape[1] != n or b.shape != (W.shape[0],):
-            raise ValueError(
-                f"params.weights[{l - 1}] must have shape (n_{l + 1}, n_{l}) with n_{l} = {n} and "
-                f"params.biases[{l - 1}] shape (n_{l + 1},); got {W.shape} and {b.shape}"
-            )
-        n = W.shape[0]
-    for name, a in (
-        [("prior_mean", m)]
-        + [(f"weights[{i}]", W) for i, W in enumerate(Ws)]
-        + [(f"biases[{i}]", b) for i, b in enumerate(bs)]
-    ):
-        _validate.float_array(f"params.{name}", a)
-    return Params(weights=Ws, biases=bs, prior_mean=m)
+    layers = []
+    for l, layer in enumerate(map(_Layer, params.weights, params.biases), start=1):
+        shapes = {"weights": f"n_{l + 1} n_{l}", "biases": f"n_{l + 1}"}
+        layers.append(_validate.params(layer, _Layer, shapes, sizes, name=f"params.layers[{l - 1}]")[0])
+        sizes = {f"n_{l + 1}": layers[-1].biases.shape[0]}
+    return params._replace(weights=tuple(p.weights for p in layers), biases=tuple(p.biases for p in layers))
 
 
 def _check_values(xs, sizes, name="xs") -> tuple:
@@ -133,10 +126,7 @@ def _check_values(xs, sizes, name="xs") -> tuple:
 
 
 def _check_precisions(precisions, L, dtype) -> Array:
-    p = jnp.asarray(precisions)
-    if not jnp.issubdtype(p.dtype, jnp.floating):
-        raise ValueError(f"precisions must have a floating dtype; got {p.dtype}")
-    p = p.astype(dtype)
+    p = _validate.float_array("precisions", precisions).astype(dtype)
     if p.shape != (L,):
         raise ValueError(f"precisions must have shape (L,) = ({L},); got {p.shape}")
     if _validate.is_concrete(p):
@@ -186,13 +176,10 @@ def init_params(sizes, *, key: Array, weight_scale: float = 1.0) -> Params:
     sizes = tuple(sizes) if isinstance(sizes, (tuple, list)) else sizes
     if not isinstance(sizes, tuple) or len(sizes) < 2:
         raise ValueError(f"sizes must be a sequence of L >= 2 layer sizes; got {sizes!r}")
-    for n in sizes:
-        if not isinstance(n, (int, np.integer)) or isinstance(n, bool) or n < 1:
-            raise ValueError(f"sizes must hold integers >= 1; got {sizes!r}")
-    if not (np.isfinite(weight_scale) and weight_scale > 0):
-        raise ValueError(f"weight_scale must be finite and > 0; got {weight_scale!r}")
+    sizes = tuple(_validate.count("sizes", n, 1) for n in sizes)
+    _validate.positive("weight_scale", weight_scale)
     dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    return _init_params(key, tuple(int(n) for n in sizes), weight_scale, dtype)
+    return _init_params(key, sizes, weight_scale, dtype)
 
 
 @partial(jax.jit, static_argnums=(1, 3))

@@ -269,7 +269,7 @@ def test_validation_errors():
     with pytest.raises(ValueError, match=r"params must be pcn\.Params"):
         pcn.energy(tuple(p), xs, prec)
     bad = p._replace(weights=(p.weights[0].T,) + p.weights[1:])
-    with pytest.raises(ValueError, match=r"params.weights\[0\]"):
+    with pytest.raises(ValueError, match=r"params\.layers\[0\]\.weights must have shape \(n_2, n_1\) with n_1 = 4"):
         pcn.energy(bad, xs, prec)
     with pytest.raises(ValueError, match="params.prior_mean"):
         pcn.energy(p._replace(prior_mean=jnp.full(4, jnp.nan)), xs, prec)
