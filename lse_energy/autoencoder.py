@@ -42,7 +42,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -420,15 +420,11 @@ class FitExtras(NamedTuple):
 
 @partial(jax.jit, static_argnames=("optimizer", "n_steps", "activation"))
 def _fit_jit(params, opt_state, x, optimizer, n_steps, activation):
-    def step(carry, _):
-        p, s = carry
-        value = _loss(p, x, activation)
+    def value_and_grad(p, _):
         g = _grad(p, x, activation)
-        updates, s = optimizer.update(g, s, p)
-        p = jax.tree.map(jnp.add, p, updates)
-        return (p, s), (value, jnp.sqrt(jnp.sum(g.W * g.W)))
+        return (_loss(p, x, activation), jnp.sqrt(jnp.sum(g.W * g.W))), g
 
-    (p, s), (values, gnorm) = jax.lax.scan(step, (params, opt_state), None, length=n_steps)
+    (p, s), (values, gnorm) = _descent.scan(value_and_grad, params, opt_state, optimizer, length=n_steps)
     return p, values, s, gnorm
 
 

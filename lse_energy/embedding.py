@@ -68,7 +68,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -656,15 +656,11 @@ def _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objectiv
         neg = draw(kn, cdf_noise, (batch_size, k))
         return _sampled_ns(p.U, p.V, ce, co, neg) / batch_size
 
-    def step(carry, kk):
-        p, s = carry
+    def value_and_grad(p, kk):
         value = _full_objective(objective, p.U @ p.V.T, counts, noise, k) / total
-        g = full_grad(p) if batch_size == 0 else jax.grad(minibatch_loss)(p, kk)
-        updates, s = optimizer.update(g, s, p)
-        p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
-        return (p, s), value
+        return value, (full_grad(p) if batch_size == 0 else jax.grad(minibatch_loss)(p, kk))
 
-    (p, s), values = jax.lax.scan(step, (params, opt_state), jax.random.split(key, n_steps))
+    (p, s), values = _descent.scan(value_and_grad, params, opt_state, optimizer, jax.random.split(key, n_steps))
     return p, s, values
 
 

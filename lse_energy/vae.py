@@ -53,7 +53,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -594,8 +594,7 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
     n_batches = x.shape[0] // batch_size
     d_z = params.mu_W.shape[1]
 
-    def step(carry, data):
-        p, s = carry
+    def value_and_grad(p, data):
         xb, k = data
         if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
             eps = core.random_normal(k, (batch_size, d_z), x.dtype)
@@ -605,14 +604,13 @@ def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder
         else:  # -IWAE_K
             eps = core.random_normal(k, (n_samples, batch_size, d_z), x.dtype)
             (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale)
-        updates, s = optimizer.update(grads, s, p)
-        return (jax.tree.map(jnp.add, p, updates), s), (value, kl)
+        return (value, kl), grads
 
     def epoch(carry, k):
         k_perm, k_eps = jax.random.split(k)
         perm = jax.random.permutation(k_perm, x.shape[0])[: n_batches * batch_size]
         xb = x[perm].reshape(n_batches, batch_size, -1)
-        return jax.lax.scan(step, carry, (xb, jax.random.split(k_eps, n_batches)))
+        return _descent.scan(value_and_grad, *carry, optimizer, (xb, jax.random.split(k_eps, n_batches)))
 
     (p, s), (values, kls) = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
     return p, s, values, kls

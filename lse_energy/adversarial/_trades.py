@@ -8,7 +8,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 from lse_energy.adversarial._attacks import (
     Ascent,
     FitExtras,
@@ -239,8 +239,7 @@ def _train(
     binary = params.W2.shape[1] == 1
     n_batches = x.shape[0] // batch_size
 
-    def batch_step(carry, inputs):
-        p, s = carry
+    def value_and_grad(p, inputs):
         xb, yb, kb = inputs
         yf = yb.astype(x.dtype) if binary else yb
         if defence == "augment":
@@ -259,29 +258,23 @@ def _train(
                     box=box,
                 ).x_adv
             )
-            val, g = jax.value_and_grad(_augment)(p, xb, yf, xa, trades_weight)
+            return jax.value_and_grad(_augment)(p, xb, yf, xa, trades_weight)
+        if n_inner_steps:
+            xa = jax.lax.stop_gradient(
+                _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=n_inner_steps, monotone=True, box=box).x_adv
+            )
         else:
-            if n_inner_steps:
-                xa = jax.lax.stop_gradient(
-                    _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=n_inner_steps, monotone=True, box=box).x_adv
-                )
-            else:
-                xa = xb
-            if binary:
-                val, g = jax.value_and_grad(_binary_trades)(p, xb, yf, xa, trades_weight)
-            else:
-                val, g = jax.value_and_grad(_trades)(p, xb, yb, xa, trades_weight)
-        updates, s = optimizer.update(g, s, p)
-        p = jax.tree_util.tree_map(jnp.add, p, updates)
-        return (p, s), val
+            xa = xb
+        if binary:
+            return jax.value_and_grad(_binary_trades)(p, xb, yf, xa, trades_weight)
+        return jax.value_and_grad(_trades)(p, xb, yb, xa, trades_weight)
 
     def epoch(carry, k):
         kperm, kinner = jax.random.split(k)
         order = jax.random.permutation(kperm, x.shape[0])[: n_batches * batch_size]
         xb = x[order].reshape(n_batches, batch_size, -1)
         yb = y[order].reshape(n_batches, batch_size)
-        carry, vals = jax.lax.scan(batch_step, carry, (xb, yb, jax.random.split(kinner, n_batches)))
-        return carry, vals
+        return _descent.scan(value_and_grad, *carry, optimizer, (xb, yb, jax.random.split(kinner, n_batches)))
 
     (params, opt_state), energies = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
     return params, opt_state, energies

@@ -71,7 +71,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from lse_energy import _validate, attention, core, multihop
+from lse_energy import _descent, _validate, attention, core, multihop
 
 Array = jax.Array
 
@@ -370,14 +370,9 @@ def _run(keys, model, n_steps, batch, lr, weight_decay, d, n_tokens, chain, x0_h
             x, y, _ = _sample(task, k, batch, n_tokens, chain, x0_high, noise, target)
             return jnp.mean((_predict(model, p, x) - y) ** 2)
 
-        def step(carry, k):
-            p, s = carry
-            loss, g = jax.value_and_grad(loss_fn)(p, k)
-            updates, s = opt.update(g, s, p)
-            return (optax.apply_updates(p, updates), s), loss
-
         params = _init(k_init, d)
-        (params, _), losses = jax.lax.scan(step, (params, opt.init(params)), jax.random.split(k_data, n_steps))
+        keys = jax.random.split(k_data, n_steps)
+        (params, _), losses = _descent.scan(jax.value_and_grad(loss_fn), params, opt.init(params), opt, keys)
         x, y, pos = _sample(task, k_test, n_test, n_tokens, chain, x0_high, noise, target)
         row = jnp.mean(_mixing(model, params, x)[:, -1, :], axis=0)
         on_chain = row[pos]
@@ -679,11 +674,8 @@ def _run_fig3(
             x, y, _ = _sample_fig3(task, k, n, batch, p, x0_high, noise)
             return jnp.mean((predict(prm, x)[0] - y) ** 2)
 
-        def step(carry, t):
-            prm, s = carry
-            loss, g = jax.value_and_grad(loss_fn)(prm, jax.random.fold_in(k_data, t))
-            updates, s = opt.update(g, s, prm)
-            return (optax.apply_updates(prm, updates), s), loss
+        def value_and_grad(prm, t):
+            return jax.value_and_grad(loss_fn)(prm, jax.random.fold_in(k_data, t))
 
         x, y, dist = _sample_fig3(task, k_test, n, n_test, p, x0_high, noise)
 
@@ -700,9 +692,9 @@ def _run_fig3(
             return res
 
         params = _init(k_init, d)
-        state, first = jax.lax.scan(step, (params, opt.init(params)), jnp.arange(n_steps))
+        state, first = _descent.scan(value_and_grad, params, opt.init(params), opt, jnp.arange(n_steps))
         out = test(state[0])
-        state, more = jax.lax.scan(step, state, jnp.arange(n_steps, n_steps + n_cont))
+        state, more = _descent.scan(value_and_grad, *state, opt, jnp.arange(n_steps, n_steps + n_cont))
         out.update({f"{k}_cont": v for k, v in test(state[0]).items()})
         out["loss"] = jnp.concatenate([first, more])
         out["var_y"] = fig3_target_variance(task, x0_high)

@@ -21,7 +21,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from lse_energy import _validate, core, diffusion
+from lse_energy import _descent, _validate, core, diffusion
 
 Array = jax.Array
 
@@ -196,14 +196,8 @@ def _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size)
         eps = core.random_normal(ke, x0.shape, x0.dtype)
         return diffusion.denoising_loss(epsilon, p, schedule, x0, t, eps)
 
-    def step(carry, k):
-        p, s = carry
-        loss, g = jax.value_and_grad(loss_fn)(p, k)
-        updates, s = optimizer.update(g, s, p)
-        p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
-        return (p, s), loss
-
-    (params, opt_state), losses = jax.lax.scan(step, (params, opt_state), jax.random.split(key, n_steps))
+    keys = jax.random.split(key, n_steps)
+    (params, opt_state), losses = _descent.scan(jax.value_and_grad(loss_fn), params, opt_state, optimizer, keys)
     return params, opt_state, losses
 
 

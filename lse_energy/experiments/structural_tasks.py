@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, _validate, attention, core, expanding, multihop
+from lse_energy import _descent, _progress, _validate, attention, core, expanding, multihop
 
 Array = jax.Array
 
@@ -207,17 +207,13 @@ def _check_sizes(*, d, rank, **sizes):
 def _train(loss_fn, params, key, optimizer, n_steps, report_every=0):
     opt_state = optimizer.init(params)
 
-    def step(carry, inp):
+    def value_and_grad(p, inp):
         k, i = inp
-        p, s = carry
-        loss, g = jax.value_and_grad(loss_fn)(p, k)
-        updates, s = optimizer.update(g, s, p)
-        p = jax.tree_util.tree_map(lambda a, u: a + u, p, updates)
         _progress.tick(i, n_steps, report_every)
-        return (p, s), loss
+        return jax.value_and_grad(loss_fn)(p, k)
 
     xs = (jax.random.split(key, n_steps), jnp.arange(n_steps))
-    (params, _), losses = jax.lax.scan(step, (params, opt_state), xs)
+    (params, _), losses = _descent.scan(value_and_grad, params, opt_state, optimizer, xs)
     return params, losses
 
 

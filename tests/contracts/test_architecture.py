@@ -3,7 +3,7 @@
 Layers only point down:
 
 1. ``_validate`` (argument rules) imports nothing from the package; ``core``,
-   ``_progress`` and ``_rows`` import at most ``_validate``.
+   ``_progress``, ``_rows`` and ``_descent`` import at most ``_validate``.
 2. Model modules (``lse_energy.registry.MODELS``) import only layer 1: no model
    imports another model, ``sharding``, ``experiments`` or the registry. A model
    may be a package (``gmm``, ``adversarial``): its private submodules import
@@ -27,7 +27,7 @@ import pytest
 from lse_energy.registry import MODELS
 
 PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "lse_energy"
-BOTTOM = {"_validate", "_progress", "_rows", "core"}
+BOTTOM = {"_validate", "_progress", "_rows", "_descent", "core"}
 MODEL_NAMES = {m.name for m in MODELS}
 # gmm (EM drivers apart from the energy) and adversarial (TRADES apart from the attacks) became
 # packages to come under it (issue 35).
@@ -115,7 +115,7 @@ def violations(name: str, source: str) -> list[str]:
     others = modules - own
     if name == "_validate":
         out += [f"_validate imports {m}" for m in sorted(modules)]
-    elif name in {"core", "_progress", "_rows"}:
+    elif name in {"core", "_progress", "_rows", "_descent"}:
         out += [f"{name} imports {m} (only _validate allowed)" for m in sorted(others - {"_validate"})]
     elif root in MODEL_NAMES:
         out += [f"model {name} imports {m} (only {sorted(BOTTOM)})" for m in sorted(others - BOTTOM)]
