@@ -502,6 +502,7 @@ def _meanfield(sims, v, alpha0, beta0, mask, n, *, eps, tol, max_iter, loop, sto
 
 
 _UNROLL = 4
+_HORNER = 128  # caps up to this: the mean distance by Horner's rule, unrolled (a kernel of ~5 m operations)
 
 
 def _add2(x, y):
@@ -530,8 +531,12 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
     holds the very :math:`q_t = \alpha_t / (\alpha_t + \beta_t)` the loop used.
     The mean distance takes no ``exp`` per key and step: with
     :math:`w_i = e^{s_i - c}` (once, :math:`c = \max_i s_i`) and
-    :math:`z = 1 - q_t`, :math:`e_i = w_i z^{i \bmod 8} z^{8 \lfloor i/8 \rfloor}`,
-    the ``8 + m/8`` powers of each query by binary powering (a few ulp). On the
+    :math:`z = 1 - q_t`, its two sums :math:`\sum_{i<H} w_i z^i` and
+    :math:`\sum_{i<H} i\, w_i z^i` are, for ``m <= _HORNER``, Horner's rule
+    unrolled over the keys (elementwise over the queries: one kernel, no
+    reduction) and otherwise one reduction of
+    :math:`e_i = w_i z^{i \bmod 8} z^{8 \lfloor i/8 \rfloor}`, the ``8 + m/8``
+    powers by binary powering (either way a few ulp). On the
     window :math:`z^i > \varepsilon` (:math:`i \ln z > (H - 1) \ln z > \ln \varepsilon`),
     so nothing underflows unless :math:`w_0` does; when some
     :math:`s_0 - c` is below half the log of the smallest normal number, the
@@ -544,6 +549,14 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
     pad = [(0, 0)] * len(batch) + [(0, nb * _TABLE - m)]
     w = jnp.pad(jnp.exp(s - c), pad).reshape(batch + (nb, _TABLE))
     idx = jnp.arange(nb * _TABLE, dtype=dt).reshape(nb, _TABLE)
+    wk = jnp.moveaxis(w.reshape(batch + (-1,)), -1, 0)  # wk[i]: key i's w over the queries
+
+    def horner(qt, l, h):
+        z, s0, s1 = 1.0 - qt, 0.0, 0.0
+        for i in range(m - 1, -1, -1):
+            wi = jnp.where(i < h, wk[i], 0.0)
+            s0, s1 = s0 * z + wi, s1 * z + i * wi
+        return s1 / s0
 
     def table(qt, l, h):
         lo = _powers(1.0 - qt, _TABLE)  # z^j, j < 8
@@ -592,7 +605,8 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
         return st, tr[: max_iter + 1]
 
     ok = jnp.all(s[..., 0] - c[..., 0] >= 0.5 * math.log(jnp.finfo(dt).tiny))
-    st, tr = jax.lax.cond(ok, lambda: run(table, _UNROLL), lambda: run(shifted, 1))  # the rare case: compact
+    fast = horner if m <= _HORNER else table
+    st, tr = jax.lax.cond(ok, lambda: run(fast, _UNROLL), lambda: run(shifted, 1))  # the rare case: compact
     a, b, t = st[..., 0], st[..., 1], st[..., 3].astype(jnp.int32)
     trace = jnp.where(jnp.arange(max_iter + 1) > t[..., None], st[..., 5:], jnp.moveaxis(tr, 0, -1))  # held
     h = window(trace[..., :-1])[0]  # H_s of the steps s < T, from the loop's own q_s
