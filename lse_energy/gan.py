@@ -710,8 +710,8 @@ def fit(
     params = _check_params(params)
     dtype = params.discriminator.weights[0].dtype
     x = _rows("x", x, _dims(params)[1], dtype)
-    _validate.optimizer(d_optimizer)
-    _validate.optimizer(g_optimizer)
+    _validate.optimizer(d_optimizer, "d_optimizer")
+    _validate.optimizer(g_optimizer, "g_optimizer")
     n_steps = _validate.count("n_steps", n_steps, 1)
     batch_size = _validate.count("batch_size", batch_size, 1)
     n_discriminator_steps = _validate.count("n_discriminator_steps", n_discriminator_steps, 1)

@@ -2720,7 +2720,7 @@ CASES += [
         "x_width",
     ),
     C(gan.fit, "K", gan_fit, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
-    C(gan.fit, "type", gan_fit, lambda a: dict(d_optimizer=None), r"optimizer must be an optax", "no_optimizer"),
+    C(gan.fit, "type", gan_fit, lambda a: dict(d_optimizer=None), r"d_optimizer must be an optax", "no_optimizer"),
     C(gan.fit, "type", gan_fit, lambda a: dict(train_generator=1), r"train_generator must be a bool", "int_flag"),
 ]
 
