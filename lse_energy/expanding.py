@@ -360,6 +360,7 @@ def attend(
             'max_window="auto" needs concrete inputs (it chooses the cap on the host); '
             "under jit pass an integer cap or None"
         )
+    a0, b0 = _const(a0), _const(b0)
     key = (
         "attend",
         q.shape,
@@ -391,6 +392,21 @@ def _float_array(name, x, min_ndim, check_finite):
 def _scalar(x, dtype):
     # A concrete hyper-parameter stays on the host (NumPy) and crosses with the call's arguments.
     return jnp.asarray(x, dtype) if isinstance(x, jax.core.Tracer) else np.asarray(x, dtype)
+
+
+_CONSTS: dict = {}  # (value, dtype) -> a scalar hyper-parameter on the device, for max_window="auto"
+
+
+def _const(a):
+    # A concrete scalar from _scalar as a cached device array: a repeated call moves no argument to the device.
+    if a.ndim:
+        return a
+    key = (a.item(), a.dtype)
+    if key not in _CONSTS:
+        if len(_CONSTS) >= 64:
+            _CONSTS.clear()
+        _CONSTS[key] = jnp.asarray(a)
+    return _CONSTS[key]
 
 
 # (kind, shapes, dtype, options) -> the cap of the last max_window="auto" call with these shapes: its next call
@@ -717,6 +733,7 @@ def attention(
             'max_window="auto" needs concrete inputs (it chooses the cap on the host); '
             "under jit pass an integer cap or None"
         )
+    a0, b0 = _const(a0), _const(b0)
     shapes = tuple(np.shape(a) for a in (*params, a0, b0))
     return _auto_cap(
         lambda cap, stop: _attention_trunc(params, x, a0, b0, cap=cap, stop_on_overflow=stop, **kw),
