@@ -542,9 +542,9 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
     r"""The forward-only ``lax.while_loop`` of :func:`_meanfield`, built for few kernels per step.
 
     The state is one ``(..., 6)`` array :math:`(\alpha_t, \beta_t, \text{done}, T, \text{overflow}, q_t)`
-    (the counts exact in floating point) plus the trace; :math:`\max_t H_t` and
-    :math:`\sum_t H_t` are recomputed after the loop from the trace, which
-    holds the very :math:`q_t = \alpha_t / (\alpha_t + \beta_t)` the loop used.
+    (the counts exact in floating point) plus the trace of :math:`(q_t, H_t)`, the
+    windows the loop used (its one write per iteration), from which :math:`\max_t H_t`
+    and :math:`\sum_t H_t` are summed after the loop.
     The mean distance takes no ``exp`` per key and step: with
     :math:`w_i = e^{s_i - c}` (once, :math:`c = \max_i s_i`) and
     :math:`z = 1 - q_t`, its two sums :math:`\sum_{i<H} w_i z^i` and
@@ -598,7 +598,7 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
             live = done == 0
             a, b, qt = jnp.where(live, a1, a), jnp.where(live, b1, b), jnp.where(live, q1, qt)
             done = jnp.where(jnp.abs(q1 - st[..., 5]) < tol, 1.0, done)
-            return jnp.stack([a, b, done, t + live, jnp.where(live & o, 1.0, over), qt], -1)
+            return jnp.stack([a, b, done, t + live, jnp.where(live & o, 1.0, over), qt], -1), h.astype(dt)
 
         def body(c):
             # `unroll` steps per loop iteration (the loop's own overhead is several kernels' worth) and one
@@ -606,8 +606,9 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
             j, st, tr = c
             qs = []
             for u in range(unroll):
-                st = step(st) if unroll == 1 else jnp.where(j + u < max_iter, step(st), st)
-                qs.append(st[..., 5])
+                new, h = step(st)
+                st = new if unroll == 1 else jnp.where(j + u < max_iter, new, st)
+                qs.append(jnp.stack([st[..., 5], h], -1))  # q_{j+u+1} and H_{j+u}
             return j + unroll, st, jax.lax.dynamic_update_slice_in_dim(tr, jnp.stack(qs), j + 1, 0)
 
         def cond(c):
@@ -615,7 +616,7 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
             return (j < max_iter) & ~jnp.all(st[..., 2] > 0) & ~(stop & jnp.any(st[..., 4] > 0))
 
         zero, q0 = jnp.zeros(batch, dt), a / (a + b)
-        tr0 = jnp.zeros((max_iter + 1 + unroll,) + batch, dt).at[0].set(q0)
+        tr0 = jnp.zeros((max_iter + 1 + unroll,) + batch + (2,), dt).at[0, ..., 0].set(q0)
         init = (jnp.asarray(0), jnp.stack([a, b, zero, zero, zero, q0], -1), tr0)
         st, tr = jax.lax.while_loop(cond, body, init)[1:]
         return st, tr[: max_iter + 1]
@@ -624,8 +625,8 @@ def _while_iterations(sims, a, b, mask, n, window, eps, tol, max_iter, stop):
     fast = horner if m <= _HORNER else table
     st, tr = jax.lax.cond(ok, lambda: run(fast, _UNROLL), lambda: run(shifted, 1))  # the rare case: compact
     a, b, t = st[..., 0], st[..., 1], st[..., 3].astype(jnp.int32)
-    trace = jnp.where(jnp.arange(max_iter + 1) > t[..., None], st[..., 5:], jnp.moveaxis(tr, 0, -1))  # held
-    h = window(trace[..., :-1])[0]  # H_s of the steps s < T, from the loop's own q_s
+    trace = jnp.where(jnp.arange(max_iter + 1) > t[..., None], st[..., 5:], jnp.moveaxis(tr[..., 0], 0, -1))  # held
+    h = jnp.moveaxis(tr[1:, ..., 1], 0, -1).astype(jnp.int32)  # H_s of the steps s < T, as the loop used them
     h = jnp.where(jnp.arange(max_iter) < t[..., None], h, 0)
     carry = (a, b, st[..., 2] > 0, t, jnp.max(h, axis=-1, initial=0), jnp.sum(h, axis=-1), st[..., 4] > 0)
     return carry, trace
