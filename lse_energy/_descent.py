@@ -1,8 +1,9 @@
 """Optimizer steps in one ``lax.scan``: the loop every gradient trainer of the package runs.
 
 :func:`scan` takes the step's value-and-gradient function and an optax optimizer; the trainers
-(``autoencoder``, ``embedding``, ``vae``, ``adversarial``, the experiments' ``diffusion_mlp`` and
-structural tasks) differ only in what that function computes. Like ``_progress``, it sits at the
+(``autoencoder``, ``embedding``, ``vae``, ``adversarial``, ``gru``, the experiments' ``diffusion_mlp``
+and structural tasks) differ only in what that function computes. Loops with more inside a step
+(``rbm``, ``pcn``, ``gan``, ``mixture_pc``) take the same :func:`step`. Like ``_progress``, it sits at the
 bottom of the package: it imports nothing from it.
 """
 

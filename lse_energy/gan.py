@@ -69,7 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, _validate, core
+from lse_energy import _descent, _progress, _validate, core
 
 Array = jax.Array
 
@@ -606,8 +606,8 @@ def _fit(
         x = data[jax.random.randint(ki, (batch_size,), 0, data.shape[0])]
         z = core.random_normal(kz, (batch_size, noise_dim), dtype)
         loss, g = jax.value_and_grad(lambda th: _d_loss(p._replace(discriminator=th), x, z))(p.discriminator)
-        upd, ds = d_optimizer.update(g, ds, p.discriminator)
-        return (p._replace(discriminator=jax.tree.map(jnp.add, p.discriminator, upd)), ds), loss
+        discriminator, ds = _descent.step(d_optimizer, g, ds, p.discriminator)
+        return (p._replace(discriminator=discriminator), ds), loss
 
     def step(carry, inp):
         i, k = inp
@@ -619,8 +619,8 @@ def _fit(
             g_val, g = jax.value_and_grad(lambda ph: _g_loss(p._replace(generator=ph), z, kind))(p.generator)
             g_norm = jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
             d_fake = jnp.mean(jax.nn.sigmoid(_logit(p, _forward(p.generator, z))))
-            upd, gs = g_optimizer.update(g, gs, p.generator)
-            p = p._replace(generator=jax.tree.map(jnp.add, p.generator, upd))
+            generator, gs = _descent.step(g_optimizer, g, gs, p.generator)
+            p = p._replace(generator=generator)
         else:
             g_val = g_norm = d_fake = jnp.zeros((), dtype)
         _progress.tick(i, n_steps, report_every)

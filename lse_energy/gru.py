@@ -47,7 +47,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -650,14 +650,10 @@ def _fit(params, opt_state, x, y, x_eval, y_eval, key, optimizer, n_epochs, batc
         xb = x[perm].reshape((n_batches, batch_size) + x.shape[1:])
         yb = y[perm].reshape(n_batches, batch_size)
 
-        def batch(carry, data):
-            p, s = carry
-            val, g = grad(p, data[0], data[1], method)
-            upd, s = optimizer.update(g, s, p)
-            p = jax.tree_util.tree_map(lambda w, u: (w + u).astype(w.dtype), p, upd)
-            return (p, s), val
+        def value_and_grad(p, data):
+            return grad(p, data[0], data[1], method)
 
-        (p, s), vals = lax.scan(batch, (p, s), (xb, yb))
+        (p, s), vals = _descent.scan(value_and_grad, p, s, optimizer, (xb, yb))
         ev = acc(p, x_eval, y_eval) if x_eval is not None else None
         return (p, s), (jnp.mean(vals), acc(p, x, y), ev)
 

@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, _validate, core
+from lse_energy import _descent, _progress, _validate, core
 
 Array = jax.Array
 
@@ -513,9 +513,7 @@ class FitExtras(NamedTuple):
 def _fit_jit(params, x, mu0, step_size, optimizer, n_steps, n_infer_steps, n_learn_steps, auto_step, report_every=0):
     def learn(carry, _):
         p, state, mu = carry
-        g = _grad_params(p, x, mu)
-        updates, state = optimizer.update(g, state, p)
-        p = jax.tree.map(jnp.add, p, updates)
+        p, state = _descent.step(optimizer, _grad_params(p, x, mu), state, p)
         return (p, state, mu), _energy(p, x, mu)
 
     def round_(carry, i):

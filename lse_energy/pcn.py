@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -579,8 +579,7 @@ def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, n_infer_steps)
     xs, _ = _infer_batch(params, xs0, prec, eta, clamp, n_infer_steps)
     grads = jax.tree.map(lambda g: g / xb.shape[0], _grad_params(params, xs, prec))
     energy = _energy(params, xs, prec) / xb.shape[0]  # at the equilibrium, before the weight step
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = jax.tree.map(jnp.add, params, updates)
+    params, opt_state = _descent.step(optimizer, grads, opt_state, params)
     return params, opt_state, energy, loss
 
 

@@ -51,7 +51,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -685,8 +685,7 @@ def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monit
         batch, keys = inp
         g = _cd_gradient(p.W, p.b, p.c, batch, keys, k)
         # The optimizer descends: its gradient is -g, the CD estimate of -d ln p / d theta.
-        updates, s = optimizer.update(jax.tree_util.tree_map(jnp.negative, g), s, p)
-        return (jax.tree_util.tree_map(jnp.add, p, updates), s), None
+        return _descent.step(optimizer, jax.tree_util.tree_map(jnp.negative, g), s, p), None
 
     def epoch(carry, ek):
         kperm, kcd = jax.random.split(ek)
