@@ -735,7 +735,7 @@ def attention(
             "under jit pass an integer cap or None"
         )
     a0, b0 = _const(a0), _const(b0)
-    shapes = tuple(np.shape(a) for a in (*params, a0, b0))
+    shapes = tuple(a.shape if hasattr(a, "shape") else np.shape(a) for a in (*params, a0, b0))  # no NumPy per array
     return _auto_cap(
         lambda cap, stop: _attention_trunc(params, x, a0, b0, cap=cap, stop_on_overflow=stop, **kw),
         ("attention", x.shape, x.dtype, shapes, eps, tol, max_iter),
