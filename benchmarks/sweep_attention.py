@@ -8,11 +8,13 @@ process (``benchmarks.common.compare``), side by side with PyTorch's fused SDPA 
 the fastest CPU configuration of ``bench_attention``) when torch is installed. The variants:
 
 * ``core.softmax_average`` at query blocks of 128 .. 2048 rows (512 is the package's default), and
-  one-shot (no blocking);
+  one-shot (no blocking); its blocks are rematerialised (``jax.checkpoint``);
+* 512-row blocks without the underflow check and its ``lax.cond`` (the control for the variants below,
+  which leave it out too);
 * the same 512-row blocks with the keys stored transposed, ``(d, M)``, so the similarity GEMM reads
   both operands along rows;
-* 256- and 512-row blocks under ``jax.checkpoint``: the gradient recomputes each block's weights
-  instead of storing all ``N x M`` of them (as a flash kernel's backward does);
+* 256- and 512-row blocks under ``jax.checkpoint`` (no underflow check): the gradient recomputes each
+  block's weights instead of storing all ``N x M`` of them (as a flash kernel's backward does);
 * query blocks x key blocks: each 256-query block scans the keys in blocks of 1024 and accumulates
   ``sum_p e_cp v_p`` and ``sum_p e_cp``; the Cauchy-Schwarz shift of ``core.softmax_average`` is the
   same for every key block, so no running-maximum rescaling is needed.
@@ -100,6 +102,7 @@ def variants():
     """``{name: f(q, k, v, beta)}``, each jittable and differentiable."""
     out = {f"core, query block {b}": partial(core.softmax_average, block=b) for b in BLOCKS}
     out["core, one-shot (no blocking)"] = partial(core.softmax_average, block=1 << 30)
+    out["blocks of 512, no fallback check"] = _blocked
     out["keys transposed (d, M), block 512"] = partial(_blocked, transposed=True)
     for b in (256, 512):
         out[f"rematerialised blocks, block {b}"] = partial(_blocked, block=b, remat=True)

@@ -258,8 +258,9 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
       dtype (e.g. a very large ``beta``), the whole result is recomputed with
       the exact row maximum (``lax.cond``), so no row loses precision to
       underflow. Gradients are those of this computation (autodiff, forward
-      and reverse mode); the fallback's blocks are rematerialised, so the
-      branch not taken costs the gradient no ``N_Q x N_K`` residuals.
+      and reverse mode); every block, of either branch, is rematerialised,
+      so reverse mode keeps no ``N_Q x N_K`` residuals: it recomputes each
+      block's weights, as a flash kernel's backward does.
 
 
     Args:
@@ -291,7 +292,10 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
     # Padded rows are zero queries: their shift is 0 and their row sum N_K, never below the threshold.
     qb = jnp.pad(beta * q, ((0, pad), (0, 0))).reshape(n_blocks, block, q.shape[-1])
     k_norm = jax.lax.stop_gradient(jnp.sqrt(jnp.max(jnp.sum(k * k, axis=-1))))
-    out, low = jax.lax.map(lambda qc: _softmax_average_bounded(qc, k, v, k_norm), qb)
+    # Each block is rematerialised: reverse mode recomputes its block x N_K weights instead of storing
+    # all N_Q x N_K of them (benchmarks/sweep_attention.py: stacking those residuals took about a
+    # quarter of the gradient's time at N = M = 4096 and 8192).
+    out, low = jax.lax.map(jax.checkpoint(lambda qc: _softmax_average_bounded(qc, k, v, k_norm)), qb)
     out = jax.lax.cond(
         jnp.min(low) >= _sum_floor(out.dtype),
         lambda: out,

@@ -48,6 +48,27 @@ def test_torch_configs_dispatch_to_the_fused_kernel_only_in_4d():
         assert fused == label.startswith("4-D"), label
 
 
+def test_expanding_benchmark_torch_forms_dispatch_as_labelled():
+    """bench_structural's SDPA readout: "fused kernel" configurations take it, "math path" ones do not."""
+    torch = pytest.importorskip("torch")
+    import jax
+
+    from benchmarks import bench_structural
+    from lse_energy import expanding
+    from lse_energy.experiments import structural_tasks as toy
+
+    kq, kk, kv, kx = jax.random.split(jax.random.key(0), 4)
+    normal = jax.random.normal
+    params = expanding.Params(normal(kq, (3, 4)), normal(kk, (3, 4)), normal(kv, (1, 4)))
+    x = normal(kx, (2, 9, 4))
+    expected = np.asarray(toy.predict_expanding_task("self", params, x)[0])
+    calls = bench_structural._torch_self(params, x, expected)
+    assert len(calls) == 4
+    for label, call in calls.items():
+        fused = B.FUSED_KERNEL in _dispatched(torch, call)
+        assert fused == ("fused kernel" in label), label
+
+
 # --- RBM: the profile that the share-of-the-ceiling row cites ---------------------------------------------------
 
 
