@@ -172,6 +172,13 @@ MUTANTS: tuple[Mutant, ...] = (
         "    return (e @ v) / jnp.where(ok, total, 1.0), jnp.max(total)",
         "blocked softmax_average's underflow guard reads the largest row sum, not the smallest",
     ),
+    M(
+        "core_blocks_not_rematerialised",
+        "core",
+        "    out, low = jax.lax.map(jax.checkpoint(lambda qc: _softmax_average_bounded(qc, k, v, k_norm)), qb)",
+        "    out, low = jax.lax.map(lambda qc: _softmax_average_bounded(qc, k, v, k_norm), qb)",
+        "blocked softmax_average stores every block's weights for reverse mode (no rematerialisation)",
+    ),
     # gmm
     M(
         "gmm_logdet_dropped",

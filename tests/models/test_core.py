@@ -423,6 +423,22 @@ def test_softmax_average_blocked_path_supports_forward_mode(loose):
     np.testing.assert_allclose(t_blocked, t_dense, rtol=1e-10, atol=1e-12)
 
 
+def test_softmax_average_reverse_mode_keeps_no_weight_matrix():
+    """Every block is rematerialised: the VJP's residuals hold no block's (block, N_K) weights.
+
+    Without ``jax.checkpoint`` around each block (the mutant: remove it), reverse mode stacks every
+    block's weights, an (n_blocks, block, N_K) residual, i.e. the whole N_Q x N_K matrix.
+    """
+    kq, kk, kv = jax.random.split(jax.random.key(2), 3)
+    q, k, v = jax.random.normal(kq, (64, 3)), jax.random.normal(kk, (40, 3)), jax.random.normal(kv, (40, 2))
+    _, vjp = jax.vjp(lambda q, k, v: core.softmax_average(q, k, v, 0.5, block=16), q, k, v)
+    sizes = [leaf.size for leaf in jax.tree_util.tree_leaves(vjp)]
+    assert sizes and max(sizes) < 16 * 40, sizes
+    # the dense form, for contrast, keeps its N_Q x N_K weights
+    _, vjp_dense = jax.vjp(lambda q: core.weights(0.5 * q @ k.T) @ v, q)
+    assert max(leaf.size for leaf in jax.tree_util.tree_leaves(vjp_dense)) >= 64 * 40
+
+
 # --- random_normal: jax.random.normal's numbers at a fraction of the compile time
 
 
