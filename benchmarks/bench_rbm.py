@@ -2,7 +2,8 @@
 
 ``rbm.fit`` is timed with both of its Bernoulli samplers: the default (``jax.random.uniform``'s draws, one
 threefry block per draw, the stream stored runs replay) and ``uniform_bits=16`` (four 16-bit uniforms per
-threefry block, another stream, opt-in). The target row takes the faster.
+threefry block, another stream, opt-in); and, with the default draws, with keys of JAX's two other
+generators, ``rbg`` and ``unsafe_rbg`` (``jax.random.key(1, impl=...)``). The target row takes the fastest.
 
 Besides the epochs, the benchmark times the *floor* of any CD-1 epoch on this machine in the same run: a
 jitted ``lax.scan`` over the same number of minibatches that does only the step's matrix products (the five
@@ -35,7 +36,15 @@ import numpy as np
 
 from benchmarks.common import compare, row
 
-SAMPLERS = {"default draws": None, "uniform_bits=16": 16}  # label -> rbm.fit's uniform_bits
+# label -> (rbm.fit's uniform_bits, the key's implementation). The rbg keys are JAX's other generators
+# (XLA's RngBitGenerator, which XLA's CPU compiler expands into integer operations); rbm.fit draws
+# from them with jax.random.uniform (its 16-bit blocks are threefry's).
+SAMPLERS = {
+    "default draws": (None, "threefry2x32"),
+    "uniform_bits=16": (16, "threefry2x32"),
+    "rbg key": (None, "rbg"),
+    "unsafe_rbg key": (None, "unsafe_rbg"),
+}
 
 
 def digits(tiles: int = 10) -> np.ndarray:
@@ -186,9 +195,9 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
         xj = jnp.asarray(x)
         p0 = rbm.init_params(x.shape[1], n_hidden, key=jax.random.key(0), scale=0.01, dtype=jnp.dtype(dtype))
 
-        def ours(bits):
+        def ours(bits, impl):
             # monitor=False: sklearn's fit computes no per-epoch diagnostics either
-            kw = dict(key=jax.random.key(1), n_epochs=1, batch_size=batch_size, optimizer=sgd, monitor=False)
+            kw = dict(key=jax.random.key(1, impl=impl), n_epochs=1, batch_size=batch_size, optimizer=sgd, monitor=False)
             return lambda: jax.block_until_ready(rbm.fit(p0, xj, uniform_bits=bits, **kw))
 
         def sk():
@@ -197,7 +206,7 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
             )
 
         gemm, gemm_sig = _floors(n_batches, batch_size, x.shape[1], n_hidden, jnp.dtype(dtype))
-        fns = {label: ours(bits) for label, bits in SAMPLERS.items()}
+        fns = {label: ours(*sampler) for label, sampler in SAMPLERS.items()}
         t = compare({**fns, "sklearn": sk, "gemm": gemm, "gemm_sig": gemm_sig}, reps=reps)
         best = min(SAMPLERS, key=lambda label: t[label])
         ratio, ceiling = t["sklearn"] / t[best], t["sklearn"] / t["gemm_sig"]
@@ -221,18 +230,19 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
             row("3 RBM", f"speed-up over sklearn ({best}), {name}", ratio, "x"),
             row("3 RBM", f"ceiling: largest attainable speed-up (sklearn / floor), {name}", ceiling, "x"),
         ]
-        for label, bits in SAMPLERS.items():
+        for label, (bits, impl) in SAMPLERS.items():
             frac = t["gemm_sig"] / t[label]  # = (sklearn / ours) / (sklearn / floor): the share of the ceiling
             target = label == best
             met = frac >= 0.8 if target else None
             note = (
                 ""
                 if target
-                else f"{best} is faster" + ("; this is the stream stored runs replay" if bits is None else "")
+                else f"{best} is faster"
+                + ("; this is the stream stored runs replay" if label == "default draws" else "")
             )
             if target and not met:
                 lowered = rbm._fit.lower(
-                    p0, sgd.init(p0), xj, jax.random.key(1), sgd, 1, batch_size, 1, False, bits or 0
+                    p0, sgd.init(p0), xj, jax.random.key(1, impl=impl), sgd, 1, batch_size, 1, False, bits or 0
                 )
                 shares = epoch_profile(fns[label], lowered.compile().as_text())
                 out[f"profile_{name}"] = shares

@@ -82,10 +82,11 @@ def test_rbm_profile_categories_cover_a_compiled_epoch():
     sgd = optax.sgd(0.05)
     x = (jax.random.uniform(jax.random.key(0), (64, 6)) < 0.5).astype(float)
     p0 = rbm.init_params(6, 4, key=jax.random.key(1))
-    for bits in (0, 16):
-        hlo = rbm._fit.lower(p0, sgd.init(p0), x, jax.random.key(2), sgd, 1, 8, 1, False, bits).compile().as_text()
+    for bits, impl in ((0, "threefry2x32"), (16, "threefry2x32"), (0, "rbg")):
+        key = jax.random.key(2, impl=impl)
+        hlo = rbm._fit.lower(p0, sgd.init(p0), x, key, sgd, 1, 8, 1, False, bits).compile().as_text()
         found = set(bench_rbm.instruction_categories(hlo).values())
-        assert set(bench_rbm.CATEGORIES[:2]) | {bench_rbm.CATEGORIES[4]} <= found, (bits, found)
+        assert set(bench_rbm.CATEGORIES[:2]) | {bench_rbm.CATEGORIES[4]} <= found, (bits, impl, found)
         assert found <= set(bench_rbm.CATEGORIES)
     assert bench_rbm._category({"fusion", "exponential", "compare", "convert"}, "f") == bench_rbm.CATEGORIES[1]
     assert bench_rbm._category({"fusion", "exponential", "divide"}, "f") == bench_rbm.CATEGORIES[2]
