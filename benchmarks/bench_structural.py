@@ -28,7 +28,8 @@ Timed forward passes (seed 0's models, a batch of ``batch`` sequences):
 
 ``profile_call`` explains the public call's time from a ``jax.profiler`` trace
 of the call itself (not a sum of separately timed pieces): host time outside
-the compiled program, the mean-field loop, and the rest of the program.
+the compiled program, split by the traced spans it falls in, the mean-field
+loop, and the rest of the program.
 """
 
 from __future__ import annotations
@@ -47,20 +48,35 @@ P = 0.2
 ULPS = 2**10  # the equality tolerance of the public call vs the dense path, in units of round-off of max |y|
 
 
-def profile_call(fn, reps: int = 10) -> dict | None:
+def profile_call(fn, reps: int = 11) -> dict | None:
     """A ``jax.profiler`` trace of ``reps`` calls of ``fn``: microseconds per call, by where they go.
 
-    Returns, per call: ``call`` (wall time of ``fn``), ``device`` (time in
+    Returns the figures of the call of median wall time (after one untraced
+    call), so that its parts add up: ``call`` (wall time of ``fn``), ``device`` (time in
     which the compiled program ran: the union of its ``ThunkExecutor``
-    intervals), ``host`` (``call - device``: validation, the cap logic,
-    dispatch, waiting for a thread, the sync), ``loop`` (the mean-field
+    intervals), ``host`` (``call - device``), ``loop`` (the mean-field
     ``while`` loop), ``loop_kernels`` (the time of the kernels inside it; the
     rest of ``loop`` is the loop's own overhead between kernels) and
-    ``kernels`` (kernel launches inside the loop). ``None`` when the profiler
-    or its trace is unavailable. Tracing adds about a microsecond per kernel.
+    ``kernels`` (kernel launches inside the loop). ``host`` is split by the
+    traced spans it falls in (each outside the program and the spans before it):
+
+    * ``handoff``: inside PJRT's ``ExecuteHelperOnSingleDevice``, the caller
+      preparing the launch and waiting while the program is handed to a worker
+      thread and reported back;
+    * ``dispatch``: the rest of the jitted functions' ``PjitFunction`` spans
+      (parsing and placing arguments, creating the outputs);
+    * ``readback``: ``np.asarray(jax.Array)``, the caller reading a result
+      (the cap's overflow status), with any wait for a program that has not
+      started or not yet reported back;
+    * ``python``: the rest, no traced span (validation, the cap logic, the
+      ``Result``).
+
+    ``None`` when the profiler or its trace is unavailable. Tracing adds about
+    a microsecond per kernel.
     """
     import jax
 
+    fn()
     try:
         with tempfile.TemporaryDirectory() as d:
             opts = jax.profiler.ProfileOptions()
@@ -89,6 +105,9 @@ def profile_call(fn, reps: int = 10) -> dict | None:
     def inside(iv, outer):
         return [(a, b) for a, b in iv if any(o0 <= a and b <= o1 for o0, o1 in outer)]
 
+    def beyond(iv, covered):  # the time in iv outside covered
+        return union(sorted(iv + covered)) - union(sorted(covered))
+
     calls = spans(lambda n: n == "bench_call")
     loops = spans(lambda n: n.startswith("while"))
     kernels = spans(lambda n: n.split(".")[0].endswith("fusion") or n.split(".")[0] in ("copy", "dot"))
@@ -96,16 +115,31 @@ def profile_call(fn, reps: int = 10) -> dict | None:
         return None
     # The program runs on a worker thread (ThunkExecutor) or, when small, inline in the dispatching call.
     program = spans(lambda n: n == "ThunkExecutor::Execute") + loops + kernels
-    call, device = union(calls), union(sorted(inside(program, calls)))
-    kernels = inside(kernels, loops)
-    return {
-        "call": call / reps,
-        "device": device / reps,
-        "host": (call - device) / reps,
-        "loop": union(loops) / reps,
-        "loop_kernels": sum(b - a for a, b in kernels) / reps,
-        "kernels": len(kernels) / reps,
-    }
+    helper = spans(lambda n: n == "CommonPjRtLoadedExecutable::ExecuteHelperOnSingleDevice")
+    pjit = spans(lambda n: n.startswith("PjitFunction("))
+    readback = spans(lambda n: n.startswith("np.asarray("))
+
+    def one(c):  # the figures of one call c = (start, end)
+        prog = sorted(inside(program, [c]))
+        ks = inside(kernels, inside(loops, [c]))
+        out = {
+            "call": c[1] - c[0],
+            "device": union(prog),
+            "host": c[1] - c[0] - union(prog),
+            "loop": union(inside(loops, [c])),
+            "loop_kernels": sum(b - a for a, b in ks),
+            "kernels": len(ks),
+        }
+        covered = prog
+        for name, iv in (("handoff", helper), ("dispatch", pjit), ("readback", readback), ("python", [c])):
+            iv = inside(iv, [c])
+            out[name] = beyond(iv, covered)
+            covered = covered + iv
+        return out
+
+    # The call of median duration, whole: one slow call (a thread woken late) does not move it.
+    per_call = sorted((one(c) for c in calls), key=lambda r: r["call"])
+    return {**per_call[len(per_call) // 2], "calls": reps}
 
 
 def _torch_self(params, x, expected) -> dict:
@@ -327,7 +361,9 @@ def run(
                     f"n={n}: profile of the public call (us per call, traced)",
                     prof["call"],
                     "us",
-                    note=f"host {prof['host']:.0f} (validation, dispatch, thread hand-off, sync) + compiled program "
+                    note=f"host {prof['host']:.0f} (Python {prof['python']:.0f}, dispatch {prof['dispatch']:.0f}, "
+                    f"hand-off to a worker thread {prof['handoff']:.0f}, status read-back {prof['readback']:.0f}) "
+                    "+ compiled program "
                     f"{prof['device']:.0f}, of which the mean-field loop {prof['loop']:.0f}: {steps} steps, "
                     f"{prof['kernels']:.0f} kernels taking {prof['loop_kernels']:.0f}, the rest between kernels; "
                     f"full self-attention: {t['self'] * 1e6:.0f} untraced",

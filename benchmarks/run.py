@@ -140,6 +140,15 @@ def describe(load_before, load_after, seconds: float) -> str:
     )
 
 
+def _torch_version() -> str | None:
+    """PyTorch's version where the peer rows could run (it is not in the lock), else None."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch.__version__
+
+
 def _write(out: pathlib.Path, load_before, load_after, rows, raw) -> None:
     out.write_text(
         json.dumps(
@@ -151,6 +160,7 @@ def _write(out: pathlib.Path, load_before, load_after, rows, raw) -> None:
                 "load_average_after": load_after,
                 "cpus": os.cpu_count(),
                 "jax": jax.__version__,
+                "torch": _torch_version(),
                 "rows": rows,
                 "table": table(rows),
                 "raw": raw,

@@ -109,3 +109,13 @@ def test_structural_profile_finds_the_loop_inside_the_call():
         pytest.skip("jax.profiler wrote no trace here")
     assert 0 < p["loop"] <= p["device"] <= p["call"]
     assert 0 <= p["loop_kernels"] <= p["loop"] and p["host"] >= 0
+    # the host time is split, without overlap or gap, into the traced spans it falls in
+    parts = [p[k] for k in ("handoff", "dispatch", "readback", "python")]
+    assert min(parts) >= 0 and sum(parts) == pytest.approx(p["host"], rel=1e-9, abs=1e-9)
+    assert p["dispatch"] + p["handoff"] > 0  # the jitted call's own spans were found
+    assert p["readback"] == 0  # nothing read a result with np.asarray
+
+    g = jax.jit(lambda x: (f(x)[0] > 0).astype(jnp.int32))
+    g(x).block_until_ready()
+    q = S.profile_call(lambda: int(g(x)), reps=3)  # a host read of a 0-d result, as the cap's status is read
+    assert q is not None and q["readback"] > 0
