@@ -32,6 +32,25 @@ ENV = {"JAX_PLATFORMS": "cpu", "PYDEVD_DISABLE_FILE_VALIDATION": "1"}
 FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"}
 
 
+# JAX's persistent compilation cache (lse_energy/compile_cache.py): every compiled XLA program is
+# stored on disk, and a later process with the same program, jaxlib and XLA_FLAGS loads it instead
+# of compiling it again. One directory for every session; entries of different XLA flags (the
+# fast-compile flags, XLA's defaults, each emulated instruction set) never match each other, so
+# sessions share only what is truly the same program. `LSE_JAX_CACHE=off nox ...` runs without
+# it, `LSE_JAX_CACHE=DIR` moves it. The minimum compile time and entry size are 0 so that the
+# thousands of small programs are stored too (JAX's default keeps only compiles of over 1 s).
+def _cache_env() -> dict[str, str]:
+    where = os.environ.get("LSE_JAX_CACHE", str(ROOT / "_build" / "jax_cache")).strip()
+    if where.lower() in ("", "0", "off", "false", "no"):
+        return {"LSE_JAX_CACHE": "off"}
+    return {
+        "LSE_JAX_CACHE": where,
+        "JAX_COMPILATION_CACHE_DIR": where,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+        "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0",
+    }
+
+
 def _install_locked(session):
     """The locked versions, then the package itself (editable, no dependencies: they are all locked)."""
     session.install("-r", LOCK)
@@ -52,7 +71,7 @@ def _kernel_env(session):
     profile = pathlib.Path(session.create_tmp()).resolve() / "ipython" / "profile_default"
     profile.mkdir(parents=True, exist_ok=True)
     (profile / "ipython_kernel_config.py").write_text('c.IPKernelApp.log_level = "ERROR"\n')
-    return {**ENV, "IPYTHONDIR": str(profile.parent)}
+    return {**ENV, **_cache_env(), "IPYTHONDIR": str(profile.parent)}
 
 
 @nox.session
@@ -261,7 +280,16 @@ def experiments(session):
     `nox -s experiments -- --only NAME ...` runs a subset, `-- --list` lists them. A progress bar shows
     the cells and, inside each, the optimizer steps."""
     _install_locked(session)
-    session.run("python", "-m", "lse_energy.experiments", "--out", "book/data", "--progress", *session.posargs, env=ENV)
+    session.run(
+        "python",
+        "-m",
+        "lse_energy.experiments",
+        "--out",
+        "book/data",
+        "--progress",
+        *session.posargs,
+        env={**ENV, **_cache_env()},
+    )
 
 
 @nox.session

@@ -1,6 +1,6 @@
 """Run every comparison side by side and print one table of ratios; also write ``_build/bench.json``.
 
-Usage: ``python benchmarks/run.py [--scale S] [--only gmm,attention,rbm,structural,scaling,gru]``.
+Usage: ``python benchmarks/run.py [--scale S] [--only gmm,attention,rbm,structural,scaling,gru,first_call]``.
 ``--scale`` (default 1) multiplies the data sizes of the GMM and RBM rows, for quick runs.
 Timings are medians of alternating repetitions within this one process; the
 load average is printed with them, since they depend on the machine.
@@ -26,7 +26,15 @@ import jax  # noqa: E402
 
 jax.config.update("jax_enable_x64", True)
 
-from benchmarks import bench_attention, bench_gmm, bench_gru, bench_rbm, bench_scaling, bench_structural  # noqa: E402
+from benchmarks import (  # noqa: E402
+    bench_attention,
+    bench_first_call,
+    bench_gmm,
+    bench_gru,
+    bench_rbm,
+    bench_scaling,
+    bench_structural,
+)
 from benchmarks.common import load_average, row  # noqa: E402
 
 
@@ -82,7 +90,7 @@ def _gmm_sizes(N: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling,gru")
+    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling,gru,first_call")
     ap.add_argument("--out", default=str(ROOT / "_build" / "bench.json"))
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
@@ -97,6 +105,8 @@ def main(argv=None) -> int:
         "structural": lambda: bench_structural.run(),
         "scaling": lambda: bench_scaling.run(),
         "gru": lambda: bench_gru.run(ns=tuple(max(1024, int(n * s)) for n in (4096, 16384, 65536))),
+        # every public fit's first call in a new process, cold and with a warm compilation cache
+        "first_call": lambda: bench_first_call.run(),
     }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -35,6 +35,7 @@ NOT_MODELS = {
     "_progress",
     "_rows",
     "_descent",
+    "compile_cache",
     "testing",
     "plotting",
     "registry",
