@@ -4,10 +4,12 @@ Usage::
 
     python benchmarks/chapter_times.py [--out _build/chapter_times.json] [--only 04 09 ...] [--cells N]
 
-Prints a per-chapter table (seconds, and whether it meets the 60 s target) and the total against the
-10-minute target; ``--cells N`` also lists each chapter's N slowest cells. XLA's flags are whatever the
-environment holds: ``nox -s timings`` runs this twice, with XLA's defaults and with the test suite's
-fast-compile flags. Nothing is written back to the notebooks.
+Prints a per-chapter table (seconds, and whether it meets the 60 s target) and the total against
+the 10-minute target; with a warm compilation cache (``LSE_JAX_CACHE`` holds entries already, as on
+a second ``nox -s timings``) the targets are a reader's second run, 20 s a chapter and 300 s in all.
+``--cells N`` also lists each chapter's N slowest cells. XLA's flags are whatever the environment
+holds: ``nox -s timings`` runs this twice, with XLA's defaults and with the test suite's fast-compile
+flags. Nothing is written back to the notebooks.
 """
 
 from __future__ import annotations
@@ -25,6 +27,18 @@ from nbclient import NotebookClient
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 BOOK = ROOT / "book"
 CHAPTER_S, TOTAL_S = 60.0, 600.0
+# With a warm compilation cache (lse_energy.compile_cache; nox sets LSE_JAX_CACHE) a chapter
+# loads its programs instead of compiling them: the targets of a reader's second run.
+WARM_CHAPTER_S, WARM_TOTAL_S = 20.0, 300.0
+
+
+def cache_state() -> tuple[str, int]:
+    """The compilation cache directory the kernels will use (LSE_JAX_CACHE) and its entry count."""
+    where = os.environ.get("LSE_JAX_CACHE", "").strip()
+    if not where or where.lower() in ("0", "off", "false", "no"):
+        return "off", 0
+    path = pathlib.Path(where)
+    return where, sum(1 for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
 def time_chapter(path: pathlib.Path, timeout: int = 600) -> dict:
@@ -58,20 +72,35 @@ def main(argv=None) -> int:
         paths = [p for p in paths if p.name[:2] in set(args.only)]
     flags = os.environ.get("XLA_FLAGS", "") or "(XLA defaults)"
     print(f"XLA_FLAGS: {flags}; {os.cpu_count()} CPUs; load average before: {os.getloadavg()[0]:.2f}")
+    cache, entries = cache_state()
+    warm = entries > 0
+    print(f"compilation cache: {cache}, {entries} entries before ({'warm' if warm else 'cold'})")
+    chapter_s, total_s = (WARM_CHAPTER_S, WARM_TOTAL_S) if warm else (CHAPTER_S, TOTAL_S)
     rows = {}
     for p in paths:
         r = time_chapter(p)
         rows[p.stem] = r
-        ok = "yes" if r["seconds"] <= CHAPTER_S else "NO"
-        print(f"{p.stem:40s} {r['seconds']:7.1f} s  <= {CHAPTER_S:.0f} s: {ok}", flush=True)
+        ok = "yes" if r["seconds"] <= chapter_s else "NO"
+        print(f"{p.stem:40s} {r['seconds']:7.1f} s  <= {chapter_s:.0f} s: {ok}", flush=True)
         for i, s in sorted(r["cells"], key=lambda c: -c[1])[: args.cells]:
             print(f"    cell {i:3d} {s:7.1f} s")
     total = sum(r["seconds"] for r in rows.values())
-    print(f"{'all chapters':40s} {total:7.1f} s  <= {TOTAL_S:.0f} s: {'yes' if total <= TOTAL_S else 'NO'}")
+    print(f"{'all chapters':40s} {total:7.1f} s  <= {total_s:.0f} s: {'yes' if total <= total_s else 'NO'}")
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(
-        json.dumps(dict(xla_flags=flags, chapters=rows, total=total, load_after=os.getloadavg()[0]), indent=1) + "\n"
+        json.dumps(
+            dict(
+                xla_flags=flags,
+                cache=cache,
+                cache_entries_before=entries,
+                chapters=rows,
+                total=total,
+                load_after=os.getloadavg()[0],
+            ),
+            indent=1,
+        )
+        + "\n"
     )
     return 0
 
