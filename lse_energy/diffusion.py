@@ -1,6 +1,6 @@
 r"""Denoising diffusion (DDPM) and its ideal, closed-form denoiser as a log-sum-exp energy.
 
-This module implements §22 of the lecture notes (seed ``003_…``), which follow
+This module implements §22 of the lecture notes, which follow
 Ho, Jain & Abbeel (2020), *Denoising diffusion probabilistic models*, and the
 exact result that ties diffusion to the log-sum-exp energy of this package.
 

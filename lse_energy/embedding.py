@@ -1,6 +1,6 @@
 r"""Vector embeddings: skip-gram with a full softmax and with negative sampling.
 
-This module implements §20 of the lecture notes (``003_…``, "Vector
+This module implements §20 of the lecture notes ("Vector
 Embeddings"). A word :math:`c` of a vocabulary of size :math:`n` enters as a
 one-hot vector :math:`e_c`; a 3-layer network maps it to the hidden layer
 :math:`e_c^\top U = U_c \in \mathbb{R}^d` (the *embedding*, :math:`d < n`) and

@@ -1,7 +1,7 @@
 r"""Expanding attention: a geometric prior over the attended distance with a Beta hyper-prior.
 
-Singh & Buckley (2023), *Attention as implicit structural inference* (seed
-``002_…``), §5: changing the structural prior of attention.
+Singh & Buckley (2023), *Attention as implicit structural inference*,
+§5: changing the structural prior of attention.
 
 **Expanding attention** (prior). A query attends to one earlier token at
 distance :math:`\phi \in \{0, 1, 2, \dots\}` (0 = the nearest key), with a

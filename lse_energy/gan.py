@@ -1,6 +1,6 @@
 r"""Generative adversarial networks: a logistic discriminator against a generator.
 
-This module implements §30 of the lecture notes (``003_…``, "Generative
+This module implements §30 of the lecture notes ("Generative
 Adversarial Networks"). A discriminator :math:`D(x;\theta) = \sigma(a(x;\theta))`
 (a small MLP with a scalar logit :math:`a`) gives the probability that
 :math:`x` is real; a generator :math:`G(z;\varphi)` (another MLP) maps noise

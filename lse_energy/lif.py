@@ -1,7 +1,7 @@
 r"""Leaky integrate-and-fire (LIF) neurons: Euler simulation and the closed-form rate curve.
 
-This module implements the LIF neuron that §28 of the lecture notes (``003_…``,
-"Dynamics") builds its recurrent populations from, in the normalised form of Eliasmith and
+This module implements the LIF neuron that §28 of the lecture notes ("Dynamics")
+builds its recurrent populations from, in the normalised form of Eliasmith and
 Anderson (2003): with membrane time constant :math:`\tau_{RC}`, input current :math:`J`
 and threshold :math:`J_{th}`,
 

@@ -1,7 +1,7 @@
 r"""Multi-hop attention: a two-hop value function in attention as structural inference.
 
-Singh & Buckley (2023), *Attention as implicit structural inference* (seed
-``002_…``), §5. Transformer attention is the expectation of a value function
+Singh & Buckley (2023), *Attention as implicit structural inference*,
+§5. Transformer attention is the expectation of a value function
 under the posterior over edges, :math:`\mathbb{E}_{p(\phi \mid x)}[v(x, \phi)]`
 (their eq. 1); multi-hop attention changes the value function.
 

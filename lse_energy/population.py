@@ -1,6 +1,6 @@
 r"""Population coding, transformations and dynamics: the Neural Engineering Framework.
 
-This module implements §26-28 of the lecture notes (``003_…``, "Population Coding",
+This module implements §26-28 of the lecture notes ("Population Coding",
 "Transformations", "Dynamics"), which follow the Neural Engineering Framework (NEF) of
 Eliasmith and Anderson (2003). The notes' convention is kept: a stimulus is a *row*
 :math:`x \in \mathbb{R}^{1 \times d}`, a batch of ``M`` stimuli stacks the rows into

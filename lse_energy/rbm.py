@@ -1,6 +1,6 @@
 r"""Restricted Boltzmann machines: a log-sum-exp energy over binary edges.
 
-This module implements §23 of the lecture notes (``003_…``, "Restricted
+This module implements §23 of the lecture notes ("Restricted
 Boltzmann Machines"). Binary visible units :math:`v \in \{0,1\}^m` and hidden
 units :math:`h \in \{0,1\}^n` interact only across the two layers:
 

@@ -1,6 +1,6 @@
 r"""Variational autoencoders: the ELBO, the importance-weighted bound and a mixture prior.
 
-This module implements §21 of the lecture notes (``003_…``, "Variational
+This module implements §21 of the lecture notes ("Variational
 Autoencoders"). A latent :math:`z \in \mathbb R^{d_z}` with prior :math:`p(z)`
 generates :math:`x` through a decoder :math:`p_\theta(x \mid z)`; an encoder
 :math:`q_\phi(z \mid x) = \mathcal N(\mu_\phi(x), \mathrm{diag}\,\sigma^2_\phi(x))`

@@ -1,7 +1,7 @@
 r"""Adversarial attacks and the TRADES defence, on a small softmax classifier.
 
 This module implements §24 ("Adversarial Attacks") and §25 ("Adversarial
-Defense", §25.1 "TRADES") of the lecture notes (``003_…``). The classifier is a
+Defense", §25.1 "TRADES") of the lecture notes. The classifier is a
 one-hidden-layer network with logits
 
 .. math:: z(x) = \tanh(x W_1 + b_1)\, W_2 + b_2 \in \mathbb R^K ,
