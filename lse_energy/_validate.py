@@ -17,6 +17,9 @@ says so). The rules:
   :func:`points` (non-empty ``(rows, d)``), :func:`qk` (queries and keys),
   :func:`bias` (an additive log-prior).
 * :func:`seeds`: a non-empty 1-D sequence of integer seeds.
+* :func:`choice`: one of a fixed set of strings.
+* :func:`key`: one JAX PRNG key, typed (``jax.random.key``) or legacy
+  ``uint32[2]`` (``jax.random.PRNGKey``); an integer seed or ``None`` is refused.
 * :func:`params`: a model's ``Params`` NamedTuple, each array field checked
   against a symbolic shape (``{"W": "k d", "b": "k"}``): a symbol is one size
   wherever it appears, every size is at least 1, and the fields share one
@@ -165,6 +168,13 @@ def spd_stack(name: str, s) -> None:
             raise ValueError(f"{name}[{k}] is not positive definite") from None
 
 
+def choice(name: str, value, options) -> str:
+    """One of the strings ``options``."""
+    if not isinstance(value, str) or value not in options:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, options))}; got {value!r}")
+    return value
+
+
 def flag(name: str, value) -> bool:
     """A ``bool`` (NumPy's included); integers such as ``1`` are refused."""
     if not isinstance(value, (bool, np.bool_)):
@@ -172,16 +182,28 @@ def flag(name: str, value) -> bool:
     return bool(value)
 
 
-def prng_key(name: str, key):
-    """One PRNG key: a typed key (``jax.random.key``) of shape ``()`` or a raw ``uint32`` key
-    (``jax.random.PRNGKey``) of shape ``(2,)``."""
-    if isinstance(key, jax.Array) and jnp.issubdtype(key.dtype, jax.dtypes.prng_key) and key.shape == ():
-        return key
-    if isinstance(key, jax.Array) and key.dtype == jnp.uint32 and key.shape == (2,):
-        return key
-    raise ValueError(
-        f"{name} must be one PRNG key (jax.random.key); got {type(key).__name__} {getattr(key, 'shape', '')}".rstrip()
-    )
+def key(name: str, value):
+    """One PRNG key: a typed key (``jax.random.key(0)``, shape ``()``) or a legacy raw key
+    (``jax.random.PRNGKey(0)``, ``uint32`` of shape ``(2,)``); returned unchanged.
+
+    An integer seed, ``None`` or any other array is refused with the package's message
+    (``"key must be a JAX PRNG key, e.g. jax.random.key(0); got int"``) rather than JAX's
+    "invalid PRNG key data" from deep inside a draw.
+    """
+    dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+    if isinstance(value, (jax.Array, np.ndarray)):
+        if jnp.issubdtype(dtype, jax.dtypes.prng_key) and shape == ():
+            return value
+        if dtype == np.uint32 and shape == (2,):
+            return value
+        got = f"{dtype} array of shape {shape}"
+    else:
+        got = "None" if value is None else type(value).__name__
+    raise ValueError(f"{name} must be a JAX PRNG key, e.g. jax.random.key(0); got {got}")
+
+
+#: The earlier name of :func:`key` (``adversarial`` calls it).
+prng_key = key
 
 
 def _real_scalar(value) -> bool:

@@ -168,22 +168,45 @@ def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
     return _em_step_jit(params, x, jnp.asarray(reg, x.dtype))
 
 
-def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params:
-    r"""The starting point used by :func:`fit`.
+#: Initialisations of :func:`init_params` and :func:`fit`.
+INITS = ("kmeans", "random")
 
-    Means are ``n_components`` distinct data points chosen with ``key``
-    (:func:`jax.random.choice` without replacement; above ``2**20`` rows,
-    which would make that permutation of all ``N`` indices cost about 64
-    bytes a row, Floyd's algorithm: ``K`` draws, memory independent of
-    ``N``); every covariance is the (biased) sample covariance of ``x`` plus
-    ``reg_covar * I``; weights are uniform :math:`1/K`.
+#: Rows the k-means start is computed on: all of them up to this many (or ``4 K``), else a uniform sample
+#: of this many (a fit streamed from a file reads them in one pass over its chunks).
+KMEANS_MAX_ROWS = 1 << 14
+
+#: Lloyd iterations of the k-means start at most (scikit-learn's ``KMeans`` default).
+KMEANS_MAX_ITER = 300
+
+
+def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6, init: str = "kmeans") -> Params:
+    r"""The starting point used by :func:`fit` (with ``n_init=1``).
+
+    ``init="kmeans"`` (the default) is scikit-learn's default start: k-means++
+    seeding (greedy, :math:`2 + \lfloor \ln K \rfloor` candidates per centre,
+    as scikit-learn), then Lloyd's k-means until no label changes (at most 300
+    iterations), then one M-step with the k-means labels as one-hot
+    responsibilities: weights are the cluster sizes over ``N``, means the
+    cluster means, covariances the cluster covariances plus
+    ``reg_covar * I``. A cluster whose covariance is not positive definite
+    (fewer than ``d + 1`` distinct points with ``reg_covar = 0``) starts from
+    the sample covariance of ``x`` instead. Above ``max(2**14, 4 K)`` rows the
+    k-means (not the EM) runs on that many rows drawn with ``key``.
+
+    ``init="random"`` is the earlier start: means at ``n_components``
+    distinct data points chosen with ``key`` (:func:`jax.random.choice`
+    without replacement; above ``2**20`` rows Floyd's algorithm, ``K``
+    draws, memory independent of ``N``), every covariance the (biased)
+    sample covariance of ``x`` plus ``reg_covar * I``, uniform weights
+    :math:`1/K`.
 
     Args:
       x: ``(N, d)``.
       n_components: :math:`K`, with ``1 <= K <= N``.
-      key: a ``jax.random`` key.
+      key: a JAX PRNG key (``jax.random.key(0)``).
       reg_covar: non-negative ridge added to the covariances (default
         ``1e-6``, as :func:`fit` and scikit-learn).
+      init: ``"kmeans"`` or ``"random"``.
 
     Returns:
       :class:`Params`.
@@ -196,12 +219,132 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
       (3, 2, 2)
     """
     x = check_x(x)
-    return _init_params(x, _check_components(n_components, x.shape[0]), key, _check_reg(reg_covar))
+    K = _check_components(n_components, x.shape[0])
+    starts = _starts(x, K, _validate.key("key", key), _check_reg(reg_covar), _check_init(init), 1)
+    return jax.tree.map(lambda a: a[0], starts)
 
 
-def _init_params(x, K: int, key, reg) -> Params:
-    """:func:`init_params` on arguments its caller has checked."""
-    return _initial(x[_rows.choose_rows(key, x.shape[0], K)], _pooled_covariance(x, reg))
+def _check_init(init) -> str:
+    return _validate.choice("init", init, INITS)
+
+
+def _restart_keys(key, n_init: int):
+    """One key per restart: ``key`` itself for one start (so that ``fit`` starts at ``init_params``)."""
+    return key[None] if n_init == 1 else jax.random.split(key, n_init)
+
+
+def _kmeans_rows(key, N: int, K: int):
+    """Sorted indices of the rows the k-means start uses, or ``None`` for all of them."""
+    m = max(KMEANS_MAX_ROWS, 4 * K)
+    if N <= m:
+        return None
+    return np.sort(_rows.choose_rows(jax.random.fold_in(key, 1), N, m))
+
+
+def _starts(x, K: int, key, reg, init: str, n_init: int, rows=None) -> Params:
+    """``n_init`` starting points stacked on a leading axis (``rows``: the k-means rows, when already read)."""
+    keys = _restart_keys(key, n_init)
+    if init == "random":
+        cov = _pooled_covariance(x, reg)
+        starts = [_initial(x[_rows.choose_rows(k, x.shape[0], K)], cov) for k in keys]
+        return jax.tree.map(lambda *a: jnp.stack(a), *starts)
+    if rows is None:
+        idx = _kmeans_rows(key, x.shape[0], K)
+        rows = x if idx is None else jnp.asarray(x[idx])
+    _positive_definite(_pooled_covariance(rows, reg))
+    return _kmeans_starts(rows, K, keys, jnp.asarray(reg, rows.dtype))
+
+
+def _read_rows(stream, idx):
+    """The rows at the sorted global indices ``idx``, read in one pass over the stream's chunks.
+
+    Reading many rows at random places of a memmap maps pages all over the file (the
+    page-cache read-around); a pass reads each chunk once and lets it go. A chunk holds the
+    next rows in order, its valid rows first, in one process; across processes the rows of a
+    chunk are not consecutive, so there ``stream.rows_at`` gathers them.
+    """
+    if jax.process_count() > 1:
+        return stream.rows_at(idx)
+    parts, start = [], 0
+    for xc, vc in stream.chunks():
+        n = int(np.asarray(vc).sum())
+        local = idx[(idx >= start) & (idx < start + n)] - start
+        if local.size:
+            parts.append(np.asarray(xc)[local])
+        start += n
+    return np.concatenate(parts)
+
+
+@partial(jax.jit, static_argnums=(1,))
+def _kmeans_starts(x, K: int, keys, reg) -> Params:
+    return jax.vmap(lambda k: _kmeans_start(x, K, k, reg))(keys)
+
+
+def _kmeans_start(x, K: int, key, reg) -> Params:
+    """k-means++ seeding, Lloyd's iterations, then the M-step on the one-hot k-means labels."""
+    N, d = x.shape
+    shift = jnp.mean(x, axis=0)
+    xc = x - shift
+    sq = jnp.sum(xc * xc, axis=1)
+
+    def dist2(c):  # (N, C) squared distances to the rows of c
+        return jnp.maximum(sq[:, None] - 2.0 * xc @ c.T + jnp.sum(c * c, axis=1)[None, :], 0.0)
+
+    # k-means++ (greedy): each new centre is the best of n_trials candidates drawn with probability ~ D^2.
+    n_trials = 2 + int(math.log(K))
+    key, first = jax.random.split(key)
+    chosen = jnp.zeros((K,), jnp.int32).at[0].set(jax.random.randint(first, (), 0, N, dtype=jnp.int32))
+    closest = dist2(xc[chosen[0]][None])[:, 0]
+
+    def seed(j, carry):
+        chosen, closest, key = carry
+        key, sub = jax.random.split(key)
+        logits = jnp.where(closest > 0, jnp.log(jnp.where(closest > 0, closest, 1.0)), -jnp.inf)
+        logits = jnp.where(jnp.any(closest > 0), logits, 0.0)  # every row on a centre: uniform
+        cand = jax.random.categorical(sub, logits, shape=(n_trials,))
+        pot = jnp.minimum(closest[:, None], dist2(xc[cand]))  # (N, n_trials)
+        best = jnp.argmin(jnp.sum(pot, axis=0))
+        return chosen.at[j].set(cand[best].astype(jnp.int32)), pot[:, best], key
+
+    chosen, _, _ = jax.lax.fori_loop(1, K, seed, (chosen, closest, key))
+
+    # Lloyd: an emptied cluster keeps its centre; stop when no label changes.
+    def means_of(labels, c):
+        onehot = jax.nn.one_hot(labels, K, dtype=x.dtype)
+        n = jnp.sum(onehot, axis=0)
+        return jnp.where(n[:, None] > 0, (onehot.T @ xc) / jnp.maximum(n, 1.0)[:, None], c)
+
+    def lloyd(carry):
+        i, c, labels, _ = carry
+        c = means_of(labels, c)
+        new = jnp.argmin(dist2(c), axis=1)
+        return i + 1, c, new, jnp.any(new != labels)
+
+    c0 = xc[chosen]
+    labels = jnp.argmin(dist2(c0), axis=1)
+    carry = (0, c0, labels, True)
+    _, _, labels, _ = jax.lax.while_loop(lambda c: (c[0] < KMEANS_MAX_ITER) & c[3], lloyd, carry)
+
+    # One M-step with one-hot responsibilities (scikit-learn adds 10 eps to each count).
+    r = jax.nn.one_hot(labels, K, dtype=x.dtype)
+    nk = jnp.sum(r, axis=0) + 10 * jnp.finfo(x.dtype).eps
+    mu = (r.T @ xc) / nk[:, None]
+    diff = xc[None, :, :] - mu[:, None, :]
+    eye = jnp.eye(d, dtype=x.dtype)
+    cov = jnp.einsum("ik,kia,kib->kab", r, diff, diff) / nk[:, None, None] + reg * eye
+    pooled = xc.T @ xc / N + reg * eye
+    cov = jnp.where(_not_pd(cov)[:, None, None], pooled, cov)
+    return Params(nk / jnp.sum(nk), mu + shift, cov)
+
+
+def _positive_definite(cov) -> None:
+    """Refuse a singular sample covariance (the fallback of every start)."""
+    try:
+        np.linalg.cholesky(np.asarray(cov, np.float64))
+    except np.linalg.LinAlgError:
+        raise ValueError(
+            "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
+        ) from None
 
 
 @jax.jit
@@ -212,12 +355,7 @@ def _pooled_covariance(x, reg):
 
 def _initial(means, cov) -> Params:
     """Uniform weights, the given means, every covariance ``cov`` (which must be positive definite)."""
-    try:
-        np.linalg.cholesky(np.asarray(cov, np.float64))
-    except np.linalg.LinAlgError:
-        raise ValueError(
-            "x: its sample covariance is singular (N <= d or degenerate data); pass reg_covar > 0"
-        ) from None
+    _positive_definite(cov)
     K, d = means.shape
     return Params(
         jnp.full((K,), 1.0 / K, dtype=cov.dtype), jnp.asarray(means, cov.dtype), jnp.broadcast_to(cov, (K, d, d))
@@ -327,12 +465,20 @@ def fit(
     tol: float = 1e-6,
     reg_covar: float = 1e-6,
     chunk_rows: int | None = None,
+    init: str = "kmeans",
+    n_init: int = 1,
 ):
     r"""Fit a :math:`K`-component mixture by EM from :func:`init_params`.
 
     The EM loop is jitted (``lax.while_loop``). It stops after ``max_iter``
     steps or when the change in mean log-likelihood
     :math:`|E_{t-1} - E_t| / N` drops below ``tol`` (scikit-learn's rule).
+    The defaults are scikit-learn's ``GaussianMixture``: a k-means start
+    (``init="kmeans"``, see :func:`init_params`), one start, ``tol=1e-6``
+    (scikit-learn's is 1e-3), ``reg_covar=1e-6``. With ``n_init > 1`` the
+    restarts run side by side in one compiled loop (``vmap``), each from
+    :func:`init_params` with its own key (``jax.random.split(key, n_init)``),
+    and the one with the lowest final energy is returned.
 
     Args:
       x: ``(N, d)`` data, float32 or float64 (the result has the same dtype).
@@ -341,7 +487,7 @@ def fit(
         is never loaded whole: it is read ``chunk_rows`` rows at a time, once
         per EM iteration (:func:`streamed_fit`), so it may be larger than memory.
       n_components: :math:`K \ge 1`.
-      key: ``jax.random`` key choosing the initial means (keyword-only).
+      key: JAX PRNG key (``jax.random.key(0)``) of the start (keyword-only).
       max_iter: maximum number of EM steps (``>= 0``).
       tol: convergence threshold on the per-point energy change (``>= 0``).
       reg_covar: ridge added to every covariance, at initialisation and in
@@ -351,18 +497,24 @@ def fit(
       chunk_rows: rows per chunk when streaming (default ``65536``); passing
         it streams any ``x``, in memory or not. The streamed fit equals the
         in-memory one up to the order of the floating point sums.
+      init: the start, ``"kmeans"`` (default) or ``"random"``
+        (:func:`init_params`).
+      n_init: number of restarts (``>= 1``); the fit with the lowest final
+        energy is kept.
 
     Returns:
       :class:`~lse_energy.core.FitResult` with the fitted :class:`Params`, the
       energy trace :math:`E_0, E_1, \dots, E_T` (``T + 1`` values, :math:`E_0`
       at the initial parameters), ``n_iter`` :math:`= T \le` ``max_iter``, and
       ``converged`` (the ``tol`` rule stopped the loop); no ``extras``. With
-      ``reg_covar = 0`` the trace is non-increasing.
+      ``reg_covar = 0`` the trace is non-increasing. With ``n_init > 1``:
+      those of the best restart.
 
     Raises:
       ValueError: on bad arguments, and when an M-step leaves a covariance
         that is not positive definite (the message names the component and
-        the iteration, and suggests a larger ``reg_covar``). A fit never
+        the iteration, and suggests a larger ``reg_covar``; with restarts,
+        only when every restart fails, naming the first). A fit never
         returns NaN parameters. Under an outer ``jax.jit`` nothing can be
         raised; call ``fit`` outside ``jit``.
 
@@ -381,13 +533,45 @@ def fit(
     """
     if chunk_rows is not None or _rows.is_streamed(x):
         stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
-        return streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar)
+        return streamed_fit(
+            stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init, n_init=n_init
+        )
     x = check_x(x)
     max_iter, tol = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)
-    params = _init_params(x, _check_components(n_components, x.shape[0]), key, reg)
+    K = _check_components(n_components, x.shape[0])
+    n_init = _validate.count("n_init", n_init)
+    starts = _starts(x, K, _validate.key("key", key), reg, _check_init(init), n_init)
     shift = jnp.mean(x, axis=0)
-    return _em(params, _local_statistics, (x, shift), x.shape[0], shift, max_iter, tol, reg)
+    if n_init == 1:
+        p0 = jax.tree.map(lambda a: a[0], starts)
+        return _em(p0, _local_statistics, (x, shift), x.shape[0], shift, max_iter, tol, reg)
+    runs = _em_restarts_jit(starts, x, shift, max_iter, jnp.asarray(tol, x.dtype), jnp.asarray(reg, x.dtype))
+    return _best_run(*runs, reg)
+
+
+@partial(jax.jit, static_argnames=("max_iter",))
+def _em_restarts_jit(starts, x, shift, max_iter, tol, reg_covar):
+    """:func:`_em_loop` from each start of the stacked ``starts``, side by side (one compile)."""
+
+    def one(p):
+        return _em_loop(
+            p, lambda q: sufficient_statistics(q, x, shift), x.shape[0], shift, max_iter, tol, reg_covar, x.dtype
+        )
+
+    return jax.vmap(one)(starts)
+
+
+def _best_run(params, trace, n_iter, done, failed, reg: float):
+    """The restart with the lowest final energy among those that did not fail (else the first failure's error)."""
+    n_iter, failed = np.asarray(n_iter), np.asarray(failed)
+    final = np.asarray(trace)[np.arange(n_iter.size), n_iter]
+    ok = failed[:, 0] < 0
+    if not ok.any():
+        _raise_if_failed(failed[0], reg)
+    best = int(np.argmin(np.where(ok, final, np.inf)))
+    n = int(n_iter[best])
+    return core.FitResult(jax.tree.map(lambda a: a[best], params), trace[best, : n + 1], n, bool(done[best]))
 
 
 def em(
@@ -447,20 +631,41 @@ def _chunk_statistics(params, x, valid, shift):
     return sufficient_statistics(params, x, shift, valid)
 
 
-def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6):
+def streamed_fit(
+    stream,
+    n_components: int,
+    *,
+    key,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    reg_covar: float = 1e-6,
+    init: str = "kmeans",
+    n_init: int = 1,
+):
     r""":func:`fit` reading the rows from ``stream`` (a ``lse_energy._rows.Stream``) one chunk at a time.
 
-    The initialisation of :func:`init_params` (the same rows as means; mean and
-    covariance in two passes), then the loop of :func:`em` driven from Python:
+    The initialisation of :func:`init_params` (the same start: the k-means rows,
+    or the random means, read with ``stream.rows_at``; mean and covariance in
+    two passes), then the loop of :func:`em` driven from Python:
     each iteration is one pass summing the chunks' sufficient statistics, then
     :func:`m_step`. Same stopping rule, trace and errors as :func:`fit`; the
     result equals the in-memory fit up to the order of the floating point sums.
+    With ``n_init > 1`` the restarts run one after the other (each a full
+    streamed fit) and the lowest final energy is kept.
     """
     max_iter, tol = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)
     K = _check_components(n_components, stream.n)
+    key, init = _validate.key("key", key), _check_init(init)
+    n_init = _validate.count("n_init", n_init)
     shift, cov = _rows.moments(stream, reg)
-    params = _initial(stream.rows_at(_rows.choose_rows(key, stream.n, K)), cov)
+    if init == "random":
+        starts = [_initial(stream.rows_at(_rows.choose_rows(k, stream.n, K)), cov) for k in _restart_keys(key, n_init)]
+        starts = jax.tree.map(lambda *a: jnp.stack(a), *starts)
+    else:
+        idx = _kmeans_rows(key, stream.n, K)
+        rows = jnp.asarray(_read_rows(stream, np.arange(stream.n) if idx is None else idx))
+        starts = _starts(rows, K, key, reg, init, n_init, rows=rows)
     reg_a = jnp.asarray(reg, shift.dtype)
 
     def one_pass(p):
@@ -473,5 +678,18 @@ def streamed_fit(stream, n_components: int, *, key, max_iter: int = 100, tol: fl
             _raise_if_failed(np.array([iteration, int(np.argmax(bad))]), reg)
         return p
 
-    params, trace, done = _rows.em_loop(params, one_pass, m_step_checked, stream.n, max_iter, tol)
+    best, errors = None, []
+    for i in range(n_init):
+        try:
+            params, trace, done = _rows.em_loop(
+                jax.tree.map(lambda a: a[i], starts), one_pass, m_step_checked, stream.n, max_iter, tol
+            )
+        except ValueError as err:  # a failed restart; raised only when every restart fails
+            errors.append(err)
+            continue
+        if best is None or trace[-1] < best[1][-1]:
+            best = (params, trace, done)
+    if best is None:
+        raise errors[0]
+    params, trace, done = best
     return core.FitResult(params, jnp.asarray(trace, shift.dtype), len(trace) - 1, done)

@@ -237,6 +237,31 @@ def responsibilities(params: Params, x, *, normalised: bool = True) -> Array:
     return core.weights(sim(params, x, normalised=normalised))
 
 
+def predict(params: Params, x) -> Array:
+    r"""Hard assignments: the component of largest responsibility, :math:`\arg\max_k r_{ik}` (scikit-learn's
+    ``GaussianMixture.predict``).
+
+    Args:
+      params: :class:`Params`.
+      x: ``(N, d)`` data with the ``d`` of ``params.means``.
+
+    Returns:
+      ``(N,)`` integer component indices in ``0..K-1`` (ties go to the lowest index).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.array([0.5, 0.5]), jnp.array([[-3.0], [3.0]]), jnp.ones((2, 1, 1))
+      ... )
+      >>> gmm.predict(params, jnp.array([[-2.5], [0.5], [4.0]])).tolist()
+      [0, 1, 1]
+    """
+    params = check_params(params)
+    x = check_x(x, params.means.shape[1])
+    return jnp.argmax(_sim(params, x, True), axis=1)
+
+
 def free_energy(params: Params, x, resp) -> Array:
     r"""The EM upper bound (variational free energy) :math:`F(q, \theta) \ge E(\theta)`.
 
