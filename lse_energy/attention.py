@@ -120,6 +120,31 @@ class MultiHeadParams(NamedTuple):
     wo: Array
 
 
+def _no_empty_rows(fn, sim, mask):
+    """``fn`` (``core.energy`` or ``core.weights``) of ``sim`` under ``mask``, where a query with no allowed key
+    is an error that says so in attention's terms (``core``'s names its own ``allow_empty``, which no
+    attention function takes)."""
+    try:
+        return fn(sim, mask)
+    except ValueError as err:
+        if mask is None or "has no allowed parent" not in str(err):
+            raise
+        empty = ~np.any(np.broadcast_to(np.asarray(mask), np.shape(sim)), axis=-1)
+        first = tuple(int(i) for i in np.argwhere(empty)[0])
+        raise ValueError(
+            f"mask: query {first} (index into the scores' shape[:-1]) has no allowed key: a fully masked row "
+            "has no attention weights; allow at least one key in every row of mask"
+        ) from None
+
+
+def _energy(sim, mask):
+    return _no_empty_rows(core.energy, sim, mask)
+
+
+def _weights(sim, mask):
+    return _no_empty_rows(core.weights, sim, mask)
+
+
 # ---------------------------------------------------------------------------
 # Validation
 # ---------------------------------------------------------------------------
@@ -187,7 +212,7 @@ def energy(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
     bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
-    return core.energy(_sim(q, k, beta, bias), mask)
+    return _energy(_sim(q, k, beta, bias), mask)
 
 
 def grad_q(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
@@ -205,7 +230,7 @@ def grad_q(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
     bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
-    w = core.weights(_sim(q, k, beta, bias), mask)
+    w = _weights(_sim(q, k, beta, bias), mask)
     return -beta * jnp.einsum("...cp,...pd->...cd", w, k)
 
 
@@ -225,7 +250,7 @@ def grad_k(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
     bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
-    w = core.weights(_sim(q, k, beta, bias), mask)
+    w = _weights(_sim(q, k, beta, bias), mask)
     return -beta * jnp.einsum("...cp,...cd->...pd", w, q)
 
 
@@ -330,7 +355,7 @@ def self_energy(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
     wq, wk, x = _check_self(params, x)
     _validate.beta(beta)
     bias = _validate.bias(bias, x.shape[:-1] + x.shape[-2:-1])
-    return core.energy(_sim(x @ wq.T, x @ wk.T, beta, bias), mask)
+    return _energy(_sim(x @ wq.T, x @ wk.T, beta, bias), mask)
 
 
 def grad_self_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> GradientTerms:
@@ -359,7 +384,7 @@ def grad_self_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Gra
     _validate.beta(beta)
     bias = _validate.bias(bias, x.shape[:-1] + x.shape[-2:-1])
     q, k = x @ wq.T, x @ wk.T
-    w = core.weights(_sim(q, k, beta, bias), mask)
+    w = _weights(_sim(q, k, beta, bias), mask)
     child = beta * jnp.einsum("...ip,...pk->...ik", w, k) @ wq  # sum_p w_ip W^QT W^K x_p
     parent = beta * jnp.einsum("...ci,...ck->...ik", w, q) @ wk  # sum_c w_ci W^KT W^Q x_c
     return GradientTerms(child=child, parent=parent)
@@ -397,7 +422,7 @@ def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:
     q, k = _validate.qk(q, k)
     beta = _validate.default_beta(beta, q.shape[-1])
     bias = _validate.bias(bias, q.shape[:-1] + k.shape[-2:-1])
-    return core.weights(_sim(q, k, beta, bias), mask)
+    return _weights(_sim(q, k, beta, bias), mask)
 
 
 def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
@@ -461,7 +486,7 @@ def edge_prior(bias, mask=None) -> Array:
       ``(..., N_Q, N_K)``, rows summing to one.
     """
     bias = _validate.float_array("bias", bias, 2)
-    return core.weights(bias, mask)
+    return _weights(bias, mask)
 
 
 def prior_energy(sim, prior) -> Array:
@@ -519,9 +544,8 @@ def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
     """
     d_in = _validate.count("d_in", d_in, 1)
     d_k = _validate.count("d_k", d_k, 1)
-    if not (np.ndim(scale) == 0 and np.isfinite(scale) and scale > 0):
-        raise ValueError(f"scale must be a finite scalar > 0; got {scale!r}")
-    k1, k2 = jax.random.split(key)
+    scale = _validate.positive("scale", scale)
+    k1, k2 = jax.random.split(_validate.key("key", key))
     s = scale / math.sqrt(d_in)
     return Params(wq=s * core.random_normal(k1, (d_k, d_in)), wk=s * core.random_normal(k2, (d_k, d_in)))
 
@@ -529,7 +553,23 @@ def init_params(d_in: int, d_k: int, *, key, scale: float = 1.0) -> Params:
 def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key) -> MultiHeadParams:
     r"""Gaussian multi-head parameters, :math:`\mathcal{N}(0, 1/\text{fan-in})` entries.
 
-    ``d_head`` defaults to ``d_model // n_heads``; the value width equals ``d_head``.
+    Args:
+      d_model: token width :math:`d_{model} \ge 1`.
+      n_heads: number of heads :math:`H \ge 1`.
+      d_head: width of each head's queries, keys and values; ``None``
+        (default) means ``d_model // n_heads``, which must then divide exactly.
+      key: a JAX PRNG key (``jax.random.key(0)``), keyword-only.
+
+    Returns:
+      :class:`MultiHeadParams` with ``wq``, ``wk``, ``wv`` of shape
+      ``(H, d_head, d_model)`` and ``wo`` of shape ``(H, d_model, d_head)``
+      (the output projection's entries have variance :math:`1/(H d_{head})`).
+
+    Examples:
+      >>> import jax
+      >>> from lse_energy import attention
+      >>> attention.init_multihead(8, 2, key=jax.random.key(0)).wq.shape
+      (2, 4, 8)
     """
     d_model = _validate.count("d_model", d_model, 1)
     n_heads = _validate.count("n_heads", n_heads, 1)
@@ -538,7 +578,7 @@ def init_multihead(d_model: int, n_heads: int, d_head: int | None = None, *, key
             raise ValueError(f"d_model={d_model} is not divisible by n_heads={n_heads}; pass d_head")
         d_head = d_model // n_heads
     d_head = _validate.count("d_head", d_head, 1)
-    kq, kk, kv, ko = jax.random.split(key, 4)
+    kq, kk, kv, ko = jax.random.split(_validate.key("key", key), 4)
     a = 1.0 / math.sqrt(d_model)
     return MultiHeadParams(
         wq=a * core.random_normal(kq, (n_heads, d_head, d_model)),
@@ -560,6 +600,9 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
         (integer arrays raise ``ValueError``, here and for ``params``).
       xkv: ``(..., N_K, d_model)`` key/value tokens with ``N_K >= 1``;
         ``None`` for self-attention (``xkv = xq``).
+      beta: the inverse temperature :math:`\beta > 0` of every head's
+        scores :math:`\beta\, q_h k_h^\top`; ``None`` (default) means
+        :math:`1/\sqrt{d_{head}}`, the transformer's scaling.
       mask: optional boolean broadcastable to ``(..., H, N_Q, N_K)``
         (a ``(N_Q, N_K)`` mask applies to every head).
       bias: optional log-prior broadcastable to ``(..., H, N_Q, N_K)``.

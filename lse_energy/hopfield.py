@@ -95,12 +95,6 @@ def _check(memories, queries, beta):
     return memories, queries
 
 
-def _check_steps(name, n_steps):
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 0:
-        raise ValueError(f"{name} must be a non-negative integer; got {n_steps!r}")
-    return int(n_steps)
-
-
 @jax.jit
 def _sim(memories, queries, beta):
     """``(N, K)`` similarities :math:`\\beta x_i^\\top m_\\mu`."""
@@ -363,7 +357,7 @@ def retrieve(memories, queries, *, beta=1.0, n_steps=10, return_energy=False):
       shape ``(n_steps + 1, N)``; each column is non-increasing.
     """
     memories, queries = _check(memories, queries, beta)
-    n_steps = _check_steps("n_steps", n_steps)
+    n_steps = _validate.count("n_steps", n_steps, 0)
     beta = jnp.asarray(beta, dtype=memories.dtype)
     return _retrieve(memories, queries, beta, n_steps, bool(return_energy))
 
@@ -478,5 +472,5 @@ def classical_retrieve(weights, states, *, n_steps=10, return_energy=False):
       ``(N, d)`` final states (and the energy trace).
     """
     weights, states = _check_classical(weights, states)
-    n_steps = _check_steps("n_steps", n_steps)
+    n_steps = _validate.count("n_steps", n_steps, 0)
     return _classical_retrieve(weights, states, n_steps, bool(return_energy))
