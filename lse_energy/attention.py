@@ -676,6 +676,16 @@ def relative_position_bias(table, n: int) -> Array:
     return table[..., idx]
 
 
+def _check_encoding(d, base) -> int:
+    """A sinusoidal encoding's width ``d`` (an even integer >= 2; ``True`` is not a width) and ``base`` (> 1)."""
+    d = _validate.count("d", d, 2)
+    if d % 2:
+        raise ValueError(f"d must be a positive even integer; got {d}")
+    if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
+        raise ValueError(f"base must be a finite scalar > 1; got {base!r}")
+    return d
+
+
 def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
     r"""Sinusoidal positional encodings of lecture notes §31, ``(n, d)``.
 
@@ -684,10 +694,7 @@ def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
               \omega_j = \mathrm{base}^{-2j/d}.
     """
     n = _validate.count("n", n, 1)
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
-        raise ValueError(f"d must be a positive even integer; got {d}")
-    if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite scalar > 1; got {base!r}")
+    d = _check_encoding(d, base)
     omega = base ** (-2.0 * jnp.arange(d // 2) / d)
     ang = jnp.arange(n)[:, None] * omega[None, :]
     return jnp.stack([jnp.sin(ang), jnp.cos(ang)], axis=-1).reshape(n, d)
@@ -708,10 +715,7 @@ def sinusoidal_shift(offset, d: int, *, base: float = 10000.0) -> Array:
     Returns:
       ``(d, d)`` orthogonal matrix.
     """
-    if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < 2 or d % 2:
-        raise ValueError(f"d must be a positive even integer; got {d}")
-    if not (np.ndim(base) == 0 and np.isfinite(base) and base > 1):
-        raise ValueError(f"base must be a finite scalar > 1; got {base!r}")
+    d = _check_encoding(d, base)
     if _concrete(offset) and not (np.ndim(offset) == 0 and np.isfinite(offset)):
         raise ValueError(f"offset must be a finite scalar; got {offset!r}")
     omega = base ** (-2.0 * jnp.arange(d // 2) / d)

@@ -2345,6 +2345,14 @@ CASES += [
         "nan_base",
     ),
     C(
+        attention.sinusoidal_shift,
+        "dtype",
+        lambda: dict(offset=1.0, d=4),
+        lambda a: dict(d=True),
+        r"d must be an integer >= 2; got True",
+        "bool_d",
+    ),
+    C(
         attention.token_energy,
         "finite",
         tokens_args,
