@@ -30,6 +30,7 @@ N_INSTANCES = 100
 attention_weights = jax.jit(lambda q, k, bias: A.attention_weights(q, k, beta=1.0, bias=bias))
 attend = jax.jit(lambda q, k, v, bias: A.attend(q, k, v, beta=1.0, bias=bias))
 cccp_step = jax.jit(structural.cccp_step, static_argnames="prior")
+structural_energy = jax.jit(structural.energy, static_argnames="prior")
 
 
 def softmax_np(z):
@@ -102,19 +103,30 @@ def test_attention_is_the_posterior_expectation_by_enumeration():
 def test_posterior_does_not_factorise_without_a_factorised_joint():
     """prop-si-expectation, the condition: add a coupling g(phi_1, phi_2) between two
     queries' edges (the joint no longer a product over queries) and the enumerated
-    marginals leave the per-query softmax on every one of 100 instances."""
+    marginals leave the per-query softmax on every one of 100 instances. The potentials are
+    f = q k^T, and the package's ``attention.attention_weights`` (beta = 1) is the per-query
+    softmax: it equals the enumerated marginal without the coupling and leaves it with it."""
     rng = np.random.default_rng(801)
-    gaps = []
+    gaps, gaps_pkg, worst_uncoupled = [], [], 0.0
     for _ in range(N_INSTANCES):
         m, n = 2 + int(rng.integers(0, 2)), 2 + int(rng.integers(0, 3))
-        f = rng.normal(size=(m, n))
+        q, k = rng.normal(size=(m, 2)), rng.normal(size=(n, 2))
+        f = q @ k.T
         g = rng.normal(size=(n, n))
         structures, post = _enumerate(f, g)
         marginal0 = np.zeros(n)
         for p_phi, phi in zip(post, structures):
             marginal0[phi[0]] += p_phi
         gaps.append(np.max(np.abs(marginal0 - softmax_np(f[0]))))
+        pkg = np.asarray(attention_weights(q, k, None))[0]
+        gaps_pkg.append(np.max(np.abs(marginal0 - pkg)))
+        structures, post = _enumerate(f)  # the same potentials without the coupling
+        uncoupled0 = np.zeros(n)
+        for p_phi, phi in zip(post, structures):
+            uncoupled0[phi[0]] += p_phi
+        worst_uncoupled = max(worst_uncoupled, np.max(np.abs(uncoupled0 - pkg)))
     assert min(gaps) > 1e-6, min(gaps)
+    assert worst_uncoupled < 1e-12 and min(gaps_pkg) > 1e-6, (worst_uncoupled, min(gaps_pkg))
 
 
 # ---------------------------------------------------------------------------
@@ -195,7 +207,8 @@ def test_cccp_fixed_points_are_the_stationary_points():
     """prop-si-cccp, equality case: at a stationary point of F found by scipy's BFGS
     (complex-step gradient, from a random start; |grad F| < 1e-6), eq. (8) moves it by
     at most twice the optimiser's residual gradient and F does not change; one step away from it (a random
-    perturbation) the step lowers F strictly."""
+    perturbation) the step lowers F strictly. Each check is made twice, with eq. (8) and F
+    written here and with the package's ``structural.cccp_step`` and ``structural.energy``."""
     for rng, prior, mu, x, w in _instances(803):
         shape = mu.shape
 
@@ -211,14 +224,20 @@ def test_cccp_fixed_points_are_the_stationary_points():
         star = res.x.reshape(shape)
         residual = np.linalg.norm(_flat_gradient(res.x, *extra))
         assert residual < 1e-6
-        step = cccp_np(star, x, w, prior)
-        assert np.linalg.norm(step - star) <= 2 * residual + 1e-12
-        assert abs(free_energy_np(step, x, w, prior) - res.fun) < 1e-10 * max(1.0, abs(res.fun))
         moved = star + 0.1 * rng.normal(size=shape)
-        after = cccp_np(moved, x, w, prior)
-        f_moved = free_energy_np(moved, x, w, prior)
-        drop, bound = f_moved - free_energy_np(after, x, w, prior), 0.5 * np.sum((after - moved) ** 2)
-        assert drop >= bound - 1e-12 * max(1.0, abs(f_moved)) and bound > 1e-8
+        numpy_ = (lambda v: cccp_np(v, x, w, prior), lambda v: free_energy_np(v, x, w, prior))
+        package = (
+            lambda v: np.asarray(cccp_step(v, x, w, prior=prior)),
+            lambda v: float(structural_energy(v, x, w, prior=prior)),
+        )
+        for update, free_energy in (numpy_, package):
+            step = update(star)
+            assert np.linalg.norm(step - star) <= 2 * residual + 1e-12
+            assert abs(free_energy(step) - res.fun) < 1e-10 * max(1.0, abs(res.fun))
+            after = update(moved)
+            f_moved = free_energy(moved)
+            drop, bound = f_moved - free_energy(after), 0.5 * np.sum((after - moved) ** 2)
+            assert drop >= bound - 1e-12 * max(1.0, abs(f_moved)) and bound > 1e-8
 
 
 def _gaussian_free_energy(z, gamma, y):
@@ -230,9 +249,16 @@ def test_cccp_update_can_rise_when_the_potentials_are_not_linear_in_mu():
     """prop-si-cccp, the condition: with Gaussian edge potentials psi_j = -gamma |mu - y_j|^2 / 2
     (not linear in mu, so -ln sum exp psi is not concave) the same update
     mu* = sum_j softmax_j(psi) d psi_j / d mu raises F = |mu|^2 / 2 - ln sum_j exp psi_j
-    on most of 100 random instances (gamma in [1.5, 3])."""
+    on most of 100 random instances (gamma in [1.5, 3]).
+
+    The package on the same instances: the Gaussian update is ``attention.attend`` with
+    q = mu, keys gamma y_j, values gamma (y_j - mu) and log-prior -gamma |y_j|^2 / 2 (the
+    softmax of psi up to its constant -gamma |mu|^2 / 2), equal to the NumPy update; with the
+    potentials linear in mu (psi_j = mu . gamma y_j, W = gamma I, one latent) the package's
+    ``structural.cccp_step`` is the same update written in NumPy and never raises
+    ``structural.energy``, so the rise comes from the condition."""
     rng = np.random.default_rng(804)
-    rises = 0
+    rises, worst_attend, worst_linear, worst_rise_linear = 0, 0.0, 0.0, -np.inf
     for _ in range(N_INSTANCES):
         gamma = rng.uniform(1.5, 3.0)
         y = rng.normal(size=(5, 2))
@@ -241,4 +267,17 @@ def test_cccp_update_can_rise_when_the_potentials_are_not_linear_in_mu():
         psi = -0.5 * gamma * np.sum((mu - y) ** 2, axis=1)
         new = softmax_np(psi) @ (gamma * (y - mu))
         rises += _gaussian_free_energy(new, gamma, y) > _gaussian_free_energy(mu, gamma, y)
+        bias = -0.5 * gamma * np.sum(y**2, axis=1)[None]
+        pkg = np.asarray(attend(mu[None], gamma * y, gamma * (y - mu), bias))[0]
+        worst_attend = max(worst_attend, np.max(np.abs(pkg - new)) / max(1.0, np.max(np.abs(new))))
+        # linear potentials: eq. (8) by NumPy, the package's step and energy
+        w = gamma * np.eye(2)
+        lin = softmax_np(gamma * y @ mu) @ (gamma * y)
+        pkg_lin = np.asarray(cccp_step(mu[None], y, w, prior="hopfield"))[0]
+        worst_linear = max(worst_linear, np.max(np.abs(pkg_lin - lin)) / max(1.0, np.max(np.abs(lin))))
+        f0 = float(structural_energy(mu[None], y, w, prior="hopfield"))
+        f1 = float(structural_energy(pkg_lin[None], y, w, prior="hopfield"))
+        worst_rise_linear = max(worst_rise_linear, (f1 - f0) / max(1.0, abs(f0)))
     assert rises >= N_INSTANCES // 2, rises
+    assert worst_attend < 1e-12 and worst_linear < 1e-12, (worst_attend, worst_linear)
+    assert worst_rise_linear <= 1e-12, worst_rise_linear

@@ -256,9 +256,18 @@ def test_clamped_input_equilibrium_is_the_weighted_mean():
     brentq) is the weighted mean sum alpha k u / sum alpha k. Conditions: with random w, b it is
     not (it is the weighted mean of the predictions w u + b); and when the neuron also predicts a
     clamped postsynaptic neuron (an outgoing synapse, the condition the statement had left out)
-    it is not either."""
+    it is not either.
+
+    The package against the same oracle, on every instance: the star network as ``anpc.Params``
+    (neuron 0 free, inputs 1..8 clamped, absent ones unconnected), ``anpc.grad_x`` vanishes at
+    every root, the weighted mean built from ``anpc.effective_precisions`` at each root is that
+    root, and ``anpc.infer`` (step 1/``anpc.lipschitz``), started at the mean of the inputs,
+    ends on one of the roots."""
     rng = np.random.default_rng(1304)
     worst, n_roots, gaps_wb, gaps_post = 0.0, 0, [], []
+    pkg_grad, pkg_mean, pkg_infer = 0.0, 0.0, 0.0
+    N = KMAX + 1
+    clamp = np.arange(N) > 0
     for _ in range(100):
         K = int(rng.integers(2, KMAX + 1))
         mask = np.arange(KMAX) < K
@@ -271,6 +280,21 @@ def test_clamped_input_equilibrium_is_the_weighted_mean():
         assert roots
         n_roots += len(roots)
         worst = max(worst, max(abs(r - _weighted_mean(r, u, k, mask)) for r in roots) / np.abs(u).max())
+        # the package on the same neuron
+        params = anpc.Params(
+            jnp.ones((N, N)), jnp.zeros((N, N)), jnp.zeros((N, N), bool).at[0, 1:].set(jnp.asarray(mask))
+        )
+        prec = jnp.ones((N, N)).at[0, 1:].set(jnp.asarray(k))
+        xr = jnp.asarray([np.concatenate([[r], u]) for r in roots])
+        g = np.asarray(anpc.grad_x(params, xr, prec, activation="linear"))[:, 0]
+        pkg_grad = max(pkg_grad, np.abs(g).max() / (k[mask].max() * (hi - lo)))
+        kappa = np.asarray(anpc.effective_precisions(params, xr, prec, activation="linear"))[:, 0, 1:]
+        means = (kappa * u).sum(-1) / kappa.sum(-1)
+        pkg_mean = max(pkg_mean, np.abs(means - np.asarray(roots)).max() / np.abs(u).max())
+        L = float(anpc.lipschitz(params, prec, clamp=jnp.asarray(clamp), activation="linear"))
+        x0 = jnp.asarray(np.concatenate([[u[mask].mean()], u]))
+        end = anpc.infer(params, x0, prec, clamp=jnp.asarray(clamp), n_steps=4000, step_size=1 / L, activation="linear")
+        pkg_infer = max(pkg_infer, min(abs(float(end.x[0]) - r) for r in roots) / np.abs(u).max())
         # condition w = 1, b = 0 dropped
         w, b = rng.normal(1.0, 0.5, KMAX), rng.normal(0, 0.5, KMAX)
         pred = (w * u + b)[mask]
@@ -284,6 +308,7 @@ def test_clamped_input_equilibrium_is_the_weighted_mean():
         r = _stationary_points((u, k, one, zero, mask, z, wz, kz), -edge, edge, n_grid=4000)
         gaps_post.append(min(abs(v - _weighted_mean(v, u, k, mask)) for v in r))
     assert n_roots >= 100 and worst < 1e-12
+    assert pkg_grad < 1e-12 and pkg_mean < 1e-12 and pkg_infer < 1e-10
     assert np.mean(np.array(gaps_wb) > 1e-3) >= 0.9
     assert np.mean(np.array(gaps_post) > 1e-3) >= 0.9
 
