@@ -375,6 +375,25 @@ def test_cd_gradient_mc_average_matches_expectation():
     assert np.all(np.abs(big - exp_g) <= 5 * se_big + 1e-12)
 
 
+@pytest.mark.parametrize("k", [2, 3, 5])
+def test_cd_k_mc_average_matches_expectation(k):
+    """CD-k for k >= 2: the Monte Carlo estimate (``grad_cd``) equals its exact expectation
+    (``grad_cd_expected``, p_data T^k) within 5 standard errors in every entry, and the check has
+    the power to tell k from k - 1 sweeps (the expectations differ by more than 10 standard errors;
+    weights of scale 2 mix slowly enough for that at k = 5)."""
+    p = random_params(0, scale=2.0)
+    v = random_binary(0, (4, M))
+    reps, batches = 500, 40
+    data = jnp.tile(v, (reps, 1))  # each batch: the mean of `reps` i.i.d. chains per data row
+    key = jax.random.key(9)
+    means = np.stack([flat(rbm.grad_cd(p, data, k, key=jax.random.fold_in(key, g))) for g in range(batches)])
+    se = means.std(axis=0, ddof=1) / np.sqrt(batches)  # batches are i.i.d.
+    exp_k = flat(rbm.grad_cd_expected(p, v, k))
+    assert np.all(np.abs(means.mean(axis=0) - exp_k) <= 5 * se + 1e-12)
+    exp_fewer = flat(rbm.grad_cd_expected(p, v, k - 1))
+    assert np.max(np.abs(exp_k - exp_fewer) / (se + 1e-300)) > 10
+
+
 @pytest.mark.parametrize("uniform_bits", [None, 16])
 def test_cd1_training_raises_exact_log_likelihood(uniform_bits):
     """On prototype-plus-noise data, CD-1 closes at least half the gap between the
