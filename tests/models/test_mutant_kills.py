@@ -41,3 +41,49 @@ def test_core_softmax_average_one_underflowing_row_in_a_block_of_good_rows():
     g = jax.grad(lambda q: jnp.sum(jnp.sin(core.softmax_average(q, k, v, 1.0, block=16))))(q)
     g_ref = jax.grad(lambda q: jnp.sum(jnp.sin(core.weights(q @ k.T) @ v)))(q)
     np.testing.assert_allclose(g, g_ref, rtol=1e-10, atol=1e-12)
+
+
+def test_rbm_gibbs_runs_every_sweep():
+    # Mutant rbm_gibbs_sweeps_one_fewer: gibbs runs n_steps - 1 sweeps. Oracle: with W = 0 and
+    # biases of +-50 every conditional is 0 or 1 in float64, so one sweep from any start sets
+    # h = 1[c > 0] and v = 1[b > 0] exactly; a run that skipped a sweep returns the start at n_steps = 1.
+    from lse_energy import rbm
+
+    b = jnp.array([50.0, -50.0, 50.0, 50.0, -50.0])
+    c = jnp.array([-50.0, 50.0, 50.0])
+    params = rbm.Params(W=jnp.zeros((5, 3)), b=b, c=c)
+    v0 = jnp.array([[0.0, 1.0, 0.0, 0.0, 1.0], [1.0, 1.0, 0.0, 1.0, 0.0]])
+    for n in (1, 2, 3):
+        state = rbm.gibbs(params, v0, n, key=jax.random.key(n))
+        np.testing.assert_array_equal(state.v, np.broadcast_to(np.asarray(b) > 0, v0.shape))
+        np.testing.assert_array_equal(state.h, np.broadcast_to(np.asarray(c) > 0, (2, 3)))
+
+
+def _hopfield_async_numpy(w, s, n_sweeps):
+    # Asynchronous sweeps over units 0..d-1, a unit with zero field keeps its state.
+    s = np.array(s, dtype=float)
+    for _ in range(n_sweeps):
+        for row in s:
+            for j in range(len(row)):
+                h = w[j] @ row
+                row[j] = 1.0 if h > 0 else (-1.0 if h < 0 else row[j])
+    return s
+
+
+def test_hopfield_classical_retrieve_runs_every_sweep():
+    # Mutant hopfield_sweeps_one_fewer: classical_retrieve runs n_steps - 1 sweeps. Oracle: a
+    # NumPy loop of exactly n_steps asynchronous sweeps, on states that still change in the
+    # second and third sweeps (checked, so the comparison can tell n from n - 1).
+    from lse_energy import hopfield
+
+    rng = np.random.default_rng(3)
+    d = 12
+    w = rng.normal(size=(d, d))
+    w = w + w.T
+    np.fill_diagonal(w, 0.0)
+    s0 = rng.choice([-1.0, 1.0], size=(40, d))
+    for n in (1, 2, 3):
+        ref = _hopfield_async_numpy(w, s0, n)
+        assert not np.array_equal(ref, _hopfield_async_numpy(w, s0, n - 1))
+        got = hopfield.classical_retrieve(jnp.asarray(w), jnp.asarray(s0), n_steps=n)
+        np.testing.assert_array_equal(np.asarray(got), ref)
