@@ -12,7 +12,28 @@ imported lazily: the package itself does not depend on it.
 
 from __future__ import annotations
 
-__all__ = ["STYLE", "COLORS", "MAX_WIDTH", "use", "label"]
+import base64
+import html
+import io
+import json
+import os
+from collections.abc import Callable, Sequence
+
+__all__ = [
+    "STYLE",
+    "COLORS",
+    "MAX_WIDTH",
+    "use",
+    "label",
+    "text_problems",
+    "check_open_figures",
+    "MAX_BYTES",
+    "Frames",
+    "render_frames",
+    "stepper_html",
+    "explorable",
+    "live",
+]
 
 # Okabe-Ito colour-blind-safe palette (Okabe and Ito, 2008).
 #: The Okabe-Ito colour-blind-safe palette, in the order figures use it.
@@ -57,6 +78,7 @@ def use() -> None:
     mpl.rcParams.update(STYLE)
     mpl.rcParams["axes.prop_cycle"] = cycler(color=COLORS)
     _retina_inline()
+    _register_check()
 
 
 def _retina_inline() -> None:
@@ -80,3 +102,252 @@ def label(ax, *, title: str, xlabel: str, ylabel: str, legend: bool = False):
     if legend:
         ax.legend()
     return ax
+
+
+def _texts(fig):
+    """The visible text boxes a reader reads: (description, artist) pairs.
+
+    A legend counts as one box; the texts inside it are not checked against each other.
+    """
+    from matplotlib.text import Text
+
+    legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
+    legends = [leg for leg in legends if leg is not None and leg.get_visible()]
+    inside = {id(t) for leg in legends for t in leg.findobj(Text)}
+    out = [
+        (repr(t.get_text())[:40], t)
+        for t in fig.findobj(Text)
+        if t.get_visible() and t.get_text().strip() and id(t) not in inside
+    ]
+    return out + [("legend", leg) for leg in legends]
+
+
+def text_problems(fig, *, tolerance: float = 1.0) -> list[str]:
+    r"""Problems a reader would see in ``fig``'s text: overlaps and literal ``\n``.
+
+    The figure is drawn; every visible text (titles, tick labels, axis labels, colorbar
+    labels, annotations) and every legend gets its window extent from the renderer, and
+    any two boxes that overlap by more than ``tolerance`` pixels in both directions are
+    reported, as is any text holding a backslash followed by ``n`` (a ``\n`` meant as a
+    line break but written raw). An empty list means the figure passes.
+    """
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    problems = []
+    items = _texts(fig)
+    for desc, a in items:
+        if "\\n" in getattr(a, "get_text", lambda: "")():
+            problems.append(f"literal \\n in text {desc}")
+    boxes = []
+    for desc, a in items:
+        bb = a.get_window_extent(renderer)
+        if bb.width > 0 and bb.height > 0:
+            boxes.append((desc, bb))
+    for i in range(len(boxes)):
+        for j in range(i + 1, len(boxes)):
+            (d1, b1), (d2, b2) = boxes[i], boxes[j]
+            w = min(b1.x1, b2.x1) - max(b1.x0, b2.x0)
+            h = min(b1.y1, b2.y1) - max(b1.y0, b2.y0)
+            if w > tolerance and h > tolerance:
+                problems.append(f"text boxes overlap: {d1} and {d2}")
+    return problems
+
+
+def check_open_figures() -> list[str]:
+    """Run :func:`text_problems` on every open figure; return the problems, figure by figure."""
+    import matplotlib.pyplot as plt
+
+    out = []
+    for num in plt.get_fignums():
+        out += [f"figure {num}: {p}" for p in text_problems(plt.figure(num))]
+    return out
+
+
+def _post_execute_check() -> None:
+    """IPython post-execute hook: fail the cell's output (stderr) on a figure text problem."""
+    import sys
+
+    problems = check_open_figures()
+    if problems:
+        print("FIGURE TEXT CHECK FAILED:\n" + "\n".join(problems), file=sys.stderr)
+
+
+_registered = False
+
+
+def _register_check() -> None:
+    """When LSE_CHECK_FIGURES=1 and IPython runs, check every figure after each cell."""
+    global _registered
+    if _registered or os.environ.get("LSE_CHECK_FIGURES") != "1":
+        return
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return
+    ip = get_ipython()
+    if ip is not None:
+        ip.events.register("post_execute", _post_execute_check)
+        # the inline backend closes figures in its own post_execute hook: run after ours
+        try:
+            from matplotlib_inline.backend_inline import flush_figures
+        except ImportError:
+            flush_figures = None
+        if flush_figures in ip.events.callbacks["post_execute"]:
+            ip.events.unregister("post_execute", flush_figures)
+            ip.events.register("post_execute", flush_figures)
+        _registered = True
+
+
+# ---------------------------------------------------------------------------------------
+# Explorables
+# Explorables: a figure with the parameter a reader would turn under their hand.
+#
+# One mechanism for every chapter. :func:`explorable` takes a grid of parameter values
+# and a function that draws one frame (a new Matplotlib figure for one value):
+#
+# - in a live kernel with ipywidgets (Jupyter, Binder) a slider redraws the figure;
+# - everywhere else (the book's build, nbval, the PDF) every frame is rendered once,
+#   during execution, and the cell gets two outputs: the default frame as an ordinary
+#   ``image/png`` output (so MyST-NB's ``mystnb: figure:`` metadata gives it its number,
+#   caption and alt text, and the PDF prints it), and a ``text/html`` stepper holding the
+#   other frames as PNG data URIs. ``_static/explorable.js`` turns the stepper into a range
+#   input (arrow keys step it) that swaps the figure's image and states the current value in
+#   text. Nothing is loaded from outside the page; without the script the default frame stays.
+#
+# Which of the two: the slider only when an IPython kernel is running, ipywidgets imports,
+# and neither ``LSE_EXPLORABLE=static`` nor ``TQDM_DISABLE`` (set while the book is built and
+# tested) is in the environment. Tag the cell ``nbval-ignore-output``.
+
+
+#: The largest stepper (all frames, base64) one explorable may embed: 1.5 MB (issue 50).
+MAX_BYTES = 1_500_000
+
+
+class Frames:
+    """Rendered frames: ``values``, their text ``labels``, PNG bytes and the default index."""
+
+    def __init__(self, values, labels, pngs, default, size=None):
+        self.values, self.labels, self.pngs, self.default = list(values), list(labels), pngs, default
+        #: display width and height in px of the default frame (its PNG is ``scale`` times that)
+        self.size = size
+
+    def __len__(self) -> int:
+        return len(self.pngs)
+
+
+def _png(fig, dpi: float) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def render_frames(
+    draw: Callable,
+    values: Sequence,
+    *,
+    default: int = 0,
+    fmt: str = "{:g}",
+    name: str = "",
+    scale: float = 2.0,
+) -> Frames:
+    """Call ``draw(v)`` (which returns a new figure) for every value and keep its PNG.
+
+    Frames are rendered at ``scale`` times the figure's dpi (2: as sharp as the book's
+    retina figures); each figure is closed after it is rendered.
+    """
+    import matplotlib.pyplot as plt
+
+    if not 0 <= default < len(values):
+        raise ValueError(f"default index {default} outside the {len(values)} values")
+    pngs, size = [], None
+    for i, v in enumerate(values):
+        fig = draw(v)
+        pngs.append(_png(fig, fig.dpi * scale))
+        if i == default:
+            w, h = fig.get_size_inches() * fig.dpi
+            size = (round(w), round(h))
+        plt.close(fig)
+    labels = [f"{name} = {fmt.format(v)}" if name else fmt.format(v) for v in values]
+    return Frames(values, labels, pngs, default, size)
+
+
+def stepper_html(frames: Frames, *, name: str = "value", max_bytes: int = MAX_BYTES) -> str:
+    """The ``text/html`` stepper for ``frames``; raises if it is over ``max_bytes``."""
+    uris = ["data:image/png;base64," + base64.b64encode(p).decode("ascii") for p in frames.pngs]
+    data = json.dumps({"labels": frames.labels, "frames": uris, "default": frames.default})
+    data = data.replace("</", "<\\/")
+    n = len(frames)
+    label = html.escape(frames.labels[frames.default])
+    out = (
+        f'<div class="lse-explorable" data-name="{html.escape(name)}">'
+        f'<div class="lse-explorable-controls" hidden>'
+        f'<label>{html.escape(name)} <input type="range" min="0" max="{n - 1}" step="1" '
+        f'value="{frames.default}" aria-valuetext="{label}"></label>'
+        f'<output aria-live="polite">{label}</output></div>'
+        f'<script type="application/json" class="lse-explorable-data">{data}</script></div>'
+    )
+    if len(out.encode()) > max_bytes:
+        raise ValueError(f"explorable is {len(out.encode())} bytes, over its {max_bytes} budget")
+    return out
+
+
+def live() -> bool:
+    """True when a slider can redraw the figure: a kernel, ipywidgets, not a build or test."""
+    if os.environ.get("LSE_EXPLORABLE") == "static" or os.environ.get("TQDM_DISABLE"):
+        return False
+    try:
+        import ipywidgets  # noqa: F401
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    ip = get_ipython()
+    return ip is not None and getattr(ip, "kernel", None) is not None
+
+
+def explorable(
+    draw: Callable,
+    values: Sequence,
+    *,
+    default: int = 0,
+    name: str = "value",
+    fmt: str = "{:g}",
+    max_bytes: int = MAX_BYTES,
+):
+    """Show a figure whose parameter the reader can turn.
+
+    ``draw(v)`` returns a new Matplotlib figure for the value ``v``; ``values`` is the grid
+    and ``values[default]`` the frame the page and the PDF show first. ``name`` and ``fmt``
+    write the value as text (``"β = 4"``). Returns the :class:`Frames` (static) or the
+    slider widget (live).
+    """
+    import matplotlib.pyplot as plt
+    from IPython.display import HTML, display
+
+    if live():
+        import ipywidgets as w
+
+        opts = [(f"{fmt.format(v)}", i) for i, v in enumerate(values)]
+        slider = w.SelectionSlider(options=opts, value=default, description=name)
+        out = w.Output()
+
+        def show(i):
+            with out:
+                out.clear_output(wait=True)
+                fig = draw(values[i])
+                display(fig)
+                plt.close(fig)
+
+        slider.observe(lambda ch: show(ch["new"]), names="value")
+        show(default)
+        display(w.VBox([slider, out]))
+        return slider
+    frames = render_frames(draw, values, default=default, fmt=fmt, name=name)
+    png = base64.b64encode(frames.pngs[default]).decode("ascii")
+    w, h = frames.size
+    display(
+        {"image/png": png, "text/plain": f"<Figure: {frames.labels[default]}>"},
+        raw=True,
+        metadata={"image/png": {"width": w, "height": h}},
+    )
+    display(HTML(stepper_html(frames, name=name, max_bytes=max_bytes)))
+    return frames

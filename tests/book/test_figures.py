@@ -1,0 +1,125 @@
+"""lse_energy.plotting's figure text check and explorables (issue 50, points 4 and explorables)."""
+
+import base64
+import json
+import re
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+
+from lse_energy import plotting  # noqa: E402
+
+
+def _clean():
+    fig, ax = plt.subplots(figsize=(4, 3))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.set(title="A title", xlabel="x", ylabel="y")
+    ax.legend(loc="lower right")
+    return fig
+
+
+def test_clean_figure_passes():
+    fig = _clean()
+    assert plotting.text_problems(fig) == []
+    plt.close(fig)
+
+
+def test_literal_backslash_n_fires():
+    fig, ax = plt.subplots()
+    ax.set_title("first line\\nsecond line")  # two characters, not a line break
+    assert any("literal" in p for p in plotting.text_problems(fig))
+    ax.set_title("first line\nsecond line")  # a real line break passes
+    assert not any("literal" in p for p in plotting.text_problems(fig))
+    plt.close(fig)
+
+
+def test_overlapping_titles_fire():
+    fig, axes = plt.subplots(1, 2, figsize=(3, 2), layout=None)
+    for ax in axes:
+        ax.set_title("a long panel title that runs into its neighbour")
+    assert any("overlap" in p for p in plotting.text_problems(fig))
+    plt.close(fig)
+
+
+def test_legend_over_tick_labels_fires():
+    fig, ax = plt.subplots(figsize=(3, 2))
+    ax.plot([0, 1], [0, 1], label="a line")
+    ax.legend(loc="upper left", bbox_to_anchor=(-0.3, 0.2))
+    assert any("legend" in p for p in plotting.text_problems(fig))
+    plt.close(fig)
+
+
+def test_check_open_figures_names_the_figure():
+    plt.close("all")
+    fig, ax = plt.subplots()
+    ax.set_title("a\\nb")
+    problems = plotting.check_open_figures()
+    assert problems and problems[0].startswith(f"figure {fig.number}:")
+    plt.close("all")
+
+
+def _draw(beta):
+    fig, ax = plt.subplots(figsize=(4, 2.5))
+    x = np.linspace(-2, 2, 5)
+    ax.bar(x, np.exp(beta * x) / np.exp(beta * x).sum())
+    ax.set(title=f"β = {beta:g}", xlabel="x", ylabel="weight")
+    return fig
+
+
+VALUES = [0.0, 0.5, 1.0, 4.0]
+
+
+def test_frames_one_per_value_and_value_text():
+    frames = plotting.render_frames(_draw, VALUES, default=2, name="β")
+    assert len(frames) == len(VALUES)
+    assert frames.labels == ["β = 0", "β = 0.5", "β = 1", "β = 4"]
+    assert all(p.startswith(b"\x89PNG") for p in frames.pngs)
+    assert len(set(frames.pngs)) == len(VALUES)  # every frame differs
+    html = plotting.stepper_html(frames, name="β")
+    data = json.loads(re.search(r'lse-explorable-data">(.*?)</script>', html).group(1))
+    assert data["labels"] == frames.labels and data["default"] == 2
+    assert base64.b64decode(data["frames"][1].split(",", 1)[1]) == frames.pngs[1]
+    assert 'type="range"' in html and 'max="3"' in html and 'value="2"' in html
+    assert "<output" in html and "β = 1</output>" in html
+    assert "http" not in html  # nothing loaded from outside
+
+
+def test_size_budget_fires():
+    frames = plotting.render_frames(_draw, VALUES)
+    assert len(plotting.stepper_html(frames).encode()) < plotting.MAX_BYTES
+    with pytest.raises(ValueError, match="budget"):
+        plotting.stepper_html(frames, max_bytes=1000)
+
+
+def test_default_index_checked():
+    with pytest.raises(ValueError):
+        plotting.render_frames(_draw, VALUES, default=4)
+
+
+def test_static_outputs_default_frame_as_png_then_stepper(monkeypatch):
+    """Outside a kernel: the default frame is an image/png output, the stepper a text/html one."""
+    shown = []
+    monkeypatch.setattr("IPython.display.display", lambda obj, **k: shown.append((obj, k)))
+    monkeypatch.setenv("LSE_EXPLORABLE", "static")
+    assert not plotting.live()
+    frames = plotting.explorable(_draw, VALUES, default=1, name="β")
+    assert len(shown) == 2
+    (bundle, kw), (stepper, _) = shown
+    assert kw["raw"] and base64.b64decode(bundle["image/png"]) == frames.pngs[1]
+    assert kw["metadata"]["image/png"] == {"width": 400, "height": 250}  # retina: 2x pixels
+    assert "lse-explorable" in stepper.data and len(frames) == 4
+
+
+def test_keyboard_script_present():
+    """The static stepper's script: a range input (arrow keys step it natively), the value
+    stated in text, no network."""
+    from pathlib import Path
+
+    js = (Path(__file__).parents[2] / "_static" / "explorable.js").read_text()
+    assert "lse-explorable" in js and '"input"' in js and "textContent" in js
+    assert "aria-valuetext" in js
+    assert not re.search(r"https?://|fetch\(|XMLHttpRequest|import\(", js)
