@@ -87,3 +87,22 @@ def test_hopfield_classical_retrieve_runs_every_sweep():
         assert not np.array_equal(ref, _hopfield_async_numpy(w, s0, n - 1))
         got = hopfield.classical_retrieve(jnp.asarray(w), jnp.asarray(s0), n_steps=n)
         np.testing.assert_array_equal(np.asarray(got), ref)
+
+
+def test_structural_cccp_runs_every_step():
+    # Mutant structural_cccp_steps_one_fewer: cccp runs n_steps - 1 steps. Oracle: a Python loop
+    # of exactly n_steps calls of the one-step map cccp_step, and the trace's documented length
+    # n_steps + 1; the iterates still move between steps (checked, so n and n - 1 differ).
+    from lse_energy import structural
+
+    rng = np.random.default_rng(5)
+    mu0, x, w = (jnp.asarray(rng.normal(size=s)) for s in ((3, 4), (7, 5), (4, 5)))
+    for prior in ("hopfield", "slot"):
+        ref = [mu0]
+        for _ in range(3):
+            ref.append(structural.cccp_step(ref[-1], x, w, prior=prior))
+        for n in (1, 2, 3):
+            assert float(jnp.max(jnp.abs(ref[n] - ref[n - 1]))) > 1e-6
+            mu, trace = structural.cccp(mu0, x, w, prior=prior, n_steps=n)
+            assert trace.shape == (n + 1,)
+            np.testing.assert_allclose(np.asarray(mu), np.asarray(ref[n]), rtol=1e-12, atol=1e-12)
