@@ -645,3 +645,121 @@ def test_every_page_screenshotted(html, browser):
     names = {pathlib.Path(p).name for p in _toc_pages()}
     missing = [n for n in names if not (SCREENSHOTS / f"{n}_viewport.png").exists()]
     assert not missing, f"no screenshot for {missing}"
+
+
+# Issue 50: formulas that lose content, explorables, page weight. Each check has a control.
+CLIPPED_MATH = """() => [...document.querySelectorAll('span.math, div.math, mjx-container')]
+  .filter(el => {
+    // content is lost where a box clips (overflow hidden or clip) what it cannot show
+    for (let a = el; a && a !== document.body; a = a.parentElement) {
+      const s = getComputedStyle(a);
+      if ((s.overflowX === 'hidden' || s.overflowX === 'clip') && a.scrollWidth > a.clientWidth + 1)
+        return true;
+    }
+    return false;
+  }).map(el => el.textContent.slice(0, 60))"""
+
+
+def _clipped_math(browser, path, width):
+    tab, _, _ = _open(browser, path, width)
+    clipped = tab.evaluate(CLIPPED_MATH)
+    tab.close()
+    return clipped
+
+
+@pytest.mark.parametrize("width", [390, 1280])
+@pytest.mark.parametrize("page", _toc_pages())
+def test_no_formula_loses_content(page, html, browser, width):
+    assert _clipped_math(browser, html / f"{page}.html", width) == []
+
+
+def test_clipped_formula_check_fires(html, browser):
+    page = html / "_clip_check.html"
+    tex = " + ".join(f"x_{{{i}}}" for i in range(60))
+    mathjax = html / "_static" / "mathjax" / "tex-chtml.js"
+    page.write_text(
+        f"<html><body><p style='width:300px'>text <span class='math' "
+        f"style='display:inline-flex;max-width:100%;overflow:hidden'>\\({tex}\\)</span>.</p>"
+        f"<script src='{mathjax.as_uri()}'></script></body></html>"
+    )
+    assert len(_clipped_math(browser, page, 390)) >= 1
+
+
+def _explorables_step(browser, path):
+    """For each explorable: whether its frame and its value text change on ArrowRight."""
+    tab, _, _ = _open(browser, path, 1280)
+    result = []
+    n = tab.evaluate("document.querySelectorAll('.lse-explorable').length")
+    for k in range(n):
+        box = tab.locator(".lse-explorable").nth(k)
+        state = """b => { const c = b.closest('.cell_output') || b.parentElement;
+          const i = [...c.querySelectorAll('img')].find(i => !b.contains(i)) || b.querySelector('img');
+          return [i && i.src, (b.querySelector('output') || {}).textContent]; }"""
+        rng = box.locator("input[type=range]")
+        if not rng.is_visible():
+            result.append(False)
+            continue
+        rng.focus()
+        if rng.input_value() == rng.get_attribute("max"):
+            tab.keyboard.press("Home")
+        before = box.evaluate(state)
+        tab.keyboard.press("ArrowRight")
+        after = box.evaluate(state)
+        result.append(before[0] != after[0] and before[1] != after[1] and bool(after[1]))
+    tab.close()
+    return result
+
+
+@pytest.mark.parametrize("page", _toc_pages())
+def test_explorables_step_on_arrow_keys(page, html, browser):
+    assert all(_explorables_step(browser, html / f"{page}.html"))
+
+
+def test_explorable_check_fires_without_the_script(html, browser, tmp_path):
+    """A stepper whose script is missing keeps its controls hidden: the check fires."""
+    from lse_energy import plotting
+
+    frames = plotting.Frames([0, 1], ["v = 0", "v = 1"], [b"a", b"b"], 0)
+    page = html / "_explorable_check.html"
+    page.write_text(f"<html><body>{plotting.stepper_html(frames, name='v')}</body></html>")
+    assert _explorables_step(browser, page) == [False]
+    script = (html / "_static" / "explorable.js").as_uri()
+    page.write_text(
+        f"<html><body><img src='data:,'>{plotting.stepper_html(frames, name='v')}"
+        f"<script src='{script}'></script></body></html>"
+    )
+    assert _explorables_step(browser, page) == [True]
+
+
+PAGE_BUDGET, EXPLORABLE_BUDGET = 6_000_000, 1_500_000
+
+
+def _weights(path):
+    """The page's bytes (its HTML plus the local images it shows) and each explorable's."""
+    text = path.read_text()
+    total = len(text.encode())
+    for src in set(re.findall(r'<img[^>]+src="([^"#?]+)"', text)):
+        f = (path.parent / urllib.parse.unquote(src)).resolve()
+        if not src.startswith("data:") and f.is_file():
+            total += f.stat().st_size
+    boxes = re.findall(r'<div class="lse-explorable".*?</script></div>', text, flags=re.S)
+    return total, [len(b.encode()) for b in boxes]
+
+
+@pytest.mark.parametrize("page", _toc_pages())
+def test_page_within_weight_budget(page, html):
+    total, boxes = _weights(html / f"{page}.html")
+    assert total <= PAGE_BUDGET and all(b <= EXPLORABLE_BUDGET for b in boxes)
+
+
+def test_weight_check_fires(tmp_path):
+    page = tmp_path / "heavy.html"
+    (tmp_path / "big.png").write_bytes(b"0" * (PAGE_BUDGET + 1))
+    page.write_text('<html><body><img src="big.png"></body></html>')
+    assert _weights(page)[0] > PAGE_BUDGET
+    page.write_text(
+        '<div class="lse-explorable"><script class="lse-explorable-data">'
+        + "x" * (EXPLORABLE_BUDGET + 1)
+        + "</script></div>"
+    )
+    assert _weights(page)[1][0] > EXPLORABLE_BUDGET
