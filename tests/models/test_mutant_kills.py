@@ -106,3 +106,46 @@ def test_structural_cccp_runs_every_step():
             mu, trace = structural.cccp(mu0, x, w, prior=prior, n_steps=n)
             assert trace.shape == (n + 1,)
             np.testing.assert_allclose(np.asarray(mu), np.asarray(ref[n]), rtol=1e-12, atol=1e-12)
+
+
+def test_anpc_infer_runs_every_step():
+    # Mutant anpc_inference_one_fewer: inference ran n_steps - 1 steps. Oracle: a Python loop of
+    # exactly n gradient steps on the free neurons, with the gradient from jax.grad of the energy.
+    from lse_energy import anpc
+    from tests.models.test_anpc import _problem
+
+    p, x, k = _problem(0)[:3]
+    n = x.shape[-1]
+    clamp = jnp.arange(n) < 2
+    eta, n_steps = 0.05, 4
+    res = anpc.infer(p, x, k, clamp=clamp, n_steps=n_steps, step_size=eta)
+    assert res.energy.shape == (n_steps + 1,)
+    grad = jax.grad(lambda z: anpc.energy(p, z, k))
+    ref = x
+    for _ in range(n_steps):
+        ref = jnp.where(clamp, ref, ref - eta * grad(ref))
+    np.testing.assert_allclose(res.x, ref, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(res.energy[-1], anpc.energy(p, ref, k), rtol=1e-10)
+
+
+def test_adversarial_pgd_runs_every_step():
+    # Mutant adversarial_attack_steps_one_fewer: PGD ran n_steps - 1 steps. Oracle: a Python loop
+    # of exactly n projected sign-gradient steps, the gradient from jax.grad of the cross-entropy.
+    from lse_energy import adversarial
+
+    key = jax.random.key(0)
+    params = adversarial.init_params(5, 7, 3, key=key)
+    x = jax.random.normal(jax.random.fold_in(key, 1), (6, 5))
+    y = jnp.arange(6) % 3
+    eps, alpha, n_steps = 0.3, 0.05, 4
+    res = adversarial.pgd(params, x, y, eps, step_size=alpha, n_steps=n_steps)
+    assert res.losses.shape == (n_steps + 1, x.shape[0])
+
+    def ce(xa):
+        z = adversarial.logits(params, xa)
+        return jnp.sum(jax.nn.logsumexp(z, axis=1) - z[jnp.arange(z.shape[0]), y])
+
+    ref = x
+    for _ in range(n_steps):
+        ref = jnp.clip(ref + alpha * jnp.sign(jax.grad(ce)(ref)), x - eps, x + eps)
+    np.testing.assert_allclose(res.x_adv, ref, rtol=1e-12, atol=1e-12)
