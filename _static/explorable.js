@@ -6,12 +6,7 @@
     var dataEl = box.querySelector("script.lse-explorable-data");
     if (!dataEl) return;
     var data = JSON.parse(dataEl.textContent);
-    var cell = box.closest(".cell_output") || box.closest(".cell") || box.parentNode;
-    var img = null;
-    var imgs = cell ? cell.querySelectorAll("img") : [];
-    for (var i = 0; i < imgs.length; i++) {
-      if (!box.contains(imgs[i])) { img = imgs[i]; break; }
-    }
+    var img = box.querySelector("img");
     if (!img) {
       img = document.createElement("img");
       img.alt = box.getAttribute("data-name") || "";

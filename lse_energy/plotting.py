@@ -207,12 +207,12 @@ def _register_check() -> None:
 #
 # - in a live kernel with ipywidgets (Jupyter, Binder) a slider redraws the figure;
 # - everywhere else (the book's build, nbval, the PDF) every frame is rendered once,
-#   during execution, and the cell gets two outputs: the default frame as an ordinary
-#   ``image/png`` output (so MyST-NB's ``mystnb: figure:`` metadata gives it its number,
-#   caption and alt text, and the PDF prints it), and a ``text/html`` stepper holding the
-#   other frames as PNG data URIs. ``_static/explorable.js`` turns the stepper into a range
-#   input (arrow keys step it) that swaps the figure's image and states the current value in
-#   text. Nothing is loaded from outside the page; without the script the default frame stays.
+#   during execution, into one output: ``image/png`` (the default frame: the PDF prints it)
+#   and ``text/html`` (the page: the default frame with its alt text, the other frames as PNG
+#   data URIs). MyST-NB's ``mystnb: figure:`` metadata numbers and captions it once.
+#   ``_static/explorable.js`` shows a range input (arrow keys step it) that swaps the image
+#   and states the current value in text. Nothing is loaded from outside the page; without
+#   the script the default frame stays.
 #
 # Which of the two: the slider only when an IPython kernel is running, ipywidgets imports,
 # and neither ``LSE_EXPLORABLE=static`` nor ``TQDM_DISABLE`` (set while the book is built and
@@ -271,15 +271,17 @@ def render_frames(
     return Frames(values, labels, pngs, default, size)
 
 
-def stepper_html(frames: Frames, *, name: str = "value", max_bytes: int = MAX_BYTES) -> str:
+def stepper_html(frames: Frames, *, name: str = "value", alt: str = "", max_bytes: int = MAX_BYTES) -> str:
     """The ``text/html`` stepper for ``frames``; raises if it is over ``max_bytes``."""
     uris = ["data:image/png;base64," + base64.b64encode(p).decode("ascii") for p in frames.pngs]
     data = json.dumps({"labels": frames.labels, "frames": uris, "default": frames.default})
     data = data.replace("</", "<\\/")
     n = len(frames)
     label = html.escape(frames.labels[frames.default])
+    size = f' width="{frames.size[0]}"' if frames.size else ""
     out = (
         f'<div class="lse-explorable" data-name="{html.escape(name)}">'
+        f'<img src="{uris[frames.default]}" alt="{html.escape(alt)}"{size}>'
         f'<div class="lse-explorable-controls" hidden>'
         f'<label>{html.escape(name)} <input type="range" min="0" max="{n - 1}" step="1" '
         f'value="{frames.default}" aria-valuetext="{label}"></label>'
@@ -311,17 +313,19 @@ def explorable(
     default: int = 0,
     name: str = "value",
     fmt: str = "{:g}",
+    alt: str = "",
     max_bytes: int = MAX_BYTES,
 ):
     """Show a figure whose parameter the reader can turn.
 
     ``draw(v)`` returns a new Matplotlib figure for the value ``v``; ``values`` is the grid
     and ``values[default]`` the frame the page and the PDF show first. ``name`` and ``fmt``
-    write the value as text (``"β = 4"``). Returns the :class:`Frames` (static) or the
+    write the value as text (``"β = 4"``); ``alt`` is the figure's alt text on the page
+    (MyST-NB's ``image: alt`` metadata applies to the PDF's image only). Returns the :class:`Frames` (static) or the
     slider widget (live).
     """
     import matplotlib.pyplot as plt
-    from IPython.display import HTML, display
+    from IPython.display import display
 
     if live():
         import ipywidgets as w
@@ -344,10 +348,12 @@ def explorable(
     frames = render_frames(draw, values, default=default, fmt=fmt, name=name)
     png = base64.b64encode(frames.pngs[default]).decode("ascii")
     w, h = frames.size
+    page = stepper_html(frames, name=name, alt=alt, max_bytes=max_bytes)
+    # one output: the page shows the stepper (text/html), the PDF the default frame (image/png);
+    # the cell's mystnb figure metadata numbers and captions it once
     display(
-        {"image/png": png, "text/plain": f"<Figure: {frames.labels[default]}>"},
+        {"text/html": page, "image/png": png, "text/plain": f"<Figure: {frames.labels[default]}>"},
         raw=True,
         metadata={"image/png": {"width": w, "height": h}},
     )
-    display(HTML(stepper_html(frames, name=name, max_bytes=max_bytes)))
     return frames

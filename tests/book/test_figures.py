@@ -106,12 +106,13 @@ def test_static_outputs_default_frame_as_png_then_stepper(monkeypatch):
     monkeypatch.setattr("IPython.display.display", lambda obj, **k: shown.append((obj, k)))
     monkeypatch.setenv("LSE_EXPLORABLE", "static")
     assert not plotting.live()
-    frames = plotting.explorable(_draw, VALUES, default=1, name="β")
-    assert len(shown) == 2
-    (bundle, kw), (stepper, _) = shown
+    frames = plotting.explorable(_draw, VALUES, default=1, name="β", alt="bars")
+    assert len(shown) == 1
+    ((bundle, kw),) = shown
     assert kw["raw"] and base64.b64decode(bundle["image/png"]) == frames.pngs[1]
     assert kw["metadata"]["image/png"] == {"width": 400, "height": 250}  # retina: 2x pixels
-    assert "lse-explorable" in stepper.data and len(frames) == 4
+    assert "lse-explorable" in bundle["text/html"] and 'alt="bars"' in bundle["text/html"]
+    assert len(frames) == 4
 
 
 def test_keyboard_script_present():

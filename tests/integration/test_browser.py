@@ -693,7 +693,7 @@ def _explorables_step(browser, path):
     for k in range(n):
         box = tab.locator(".lse-explorable").nth(k)
         state = """b => { const c = b.closest('.cell_output') || b.parentElement;
-          const i = [...c.querySelectorAll('img')].find(i => !b.contains(i)) || b.querySelector('img');
+          const i = b.querySelector("img");
           return [i && i.src, (b.querySelector('output') || {}).textContent]; }"""
         rng = box.locator("input[type=range]")
         if not rng.is_visible():
