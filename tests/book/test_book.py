@@ -352,3 +352,83 @@ def test_exercise_rule_catches_a_list_and_a_missing_target():
     assert len(unlabelled_exercises(listed, "02")) == 3
     bare = {"cells": [md("## Exercises\n\n**Exercise 1.** Show it.")]}
     assert unlabelled_exercises(bare, "02") == ["cell 0: Exercise 1 lacks its target (ch02-exercise-1)="]
+
+
+def uncached_setup(nb: dict) -> list[str]:
+    """What is wrong with a chapter's setup cell as to the compilation cache (``lse_energy.compile_cache``).
+
+    The first code cell calls ``compile_cache.enable()`` after enabling float64 and before any
+    computation, so that a reader's restarted kernel loads its compiled programs from disk.
+    """
+    cells = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    if not cells:
+        return ["no code cell"]
+    src = "".join(cells[0]["source"])
+    if "compile_cache.enable()" not in src:
+        return ["the setup cell does not call compile_cache.enable()"]
+    out = []
+    if src.index("compile_cache.enable()") < src.find('jax.config.update("jax_enable_x64", True)'):
+        out.append("compile_cache.enable() comes before float64 is enabled")
+    first_use = re.search(r"\bplotting\.use\(\)|\bjnp\.|\bjax\.random\.", src)
+    if first_use and first_use.start() < src.index("compile_cache.enable()"):
+        out.append("a computation comes before compile_cache.enable()")
+    return out
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2].isdigit()], ids=lambda p: p.stem)
+def test_setup_cell_enables_the_compilation_cache(path):
+    assert not uncached_setup(json.loads(path.read_text())), f"{path.name}: {uncached_setup(json.loads(path.read_text()))}"
+
+
+def test_cache_rule_catches_a_missing_and_a_late_call():
+    def nb(src):
+        return {"cells": [{"cell_type": "code", "source": [src]}]}
+
+    ok = 'import jax\njax.config.update("jax_enable_x64", True)\ncompile_cache.enable()\nplotting.use()\n'
+    assert uncached_setup(nb(ok)) == []
+    assert uncached_setup(nb(ok.replace("compile_cache.enable()\n", ""))) == [
+        "the setup cell does not call compile_cache.enable()"
+    ]
+    late = 'import jax\njax.config.update("jax_enable_x64", True)\nplotting.use()\ncompile_cache.enable()\n'
+    assert uncached_setup(nb(late)) == ["a computation comes before compile_cache.enable()"]
+
+
+# A hidden verification cell's one-line "checked: ..." output is for nbval, not for the page: the
+# prose states the result, and the rendered book removes the output (CONTRIBUTING, Notebooks).
+_CHECKED = re.compile(r"(?m)^\s*checked\b", re.I)
+
+
+def visible_check_outputs(nb: dict) -> list[int]:
+    """Indices of hidden-input cells whose printed "checked: ..." output the page would still show."""
+    out = []
+    for i, c in enumerate(nb["cells"]):
+        tags = c.get("metadata", {}).get("tags", [])
+        if c["cell_type"] != "code" or not ({"hide-input", "remove-input"} & set(tags)) or "remove-output" in tags:
+            continue
+        outputs = c.get("outputs", [])
+        if not outputs or any(o["output_type"] != "stream" for o in outputs):
+            continue
+        if _CHECKED.search("".join("".join(o.get("text", "")) for o in outputs)):
+            out.append(i)
+    return out
+
+
+@pytest.mark.parametrize("path", [p for p in NOTEBOOKS if p.name[:2].isdigit()], ids=lambda p: p.stem)
+def test_check_outputs_stay_off_the_page(path):
+    found = visible_check_outputs(json.loads(path.read_text()))
+    assert not found, f"{path.name}: cells {found} show a 'checked' output; tag them remove-output"
+
+
+def test_check_output_rule_catches_a_shown_check():
+    def cell(tags, text):
+        return {"cell_type": "code", "metadata": {"tags": tags}, "outputs": [{"output_type": "stream", "text": [text]}]}
+
+    nb = {
+        "cells": [
+            cell(["hide-input"], "checked: E = -ln 2\n"),
+            cell(["hide-input", "remove-output"], "checked: E = -ln 2\n"),
+            cell([], "checked: shown on purpose\n"),
+            cell(["hide-input"], "mean 0.31 [0.2, 0.4]\n"),
+        ]
+    }
+    assert visible_check_outputs(nb) == [0]
