@@ -2,7 +2,7 @@ r"""A persistent compilation cache for the book's kernels and a reader's own: co
 
 Most of a chapter's first run is XLA compiling its programs. JAX can store each compiled
 program on disk and load it in the next process instead of compiling it again; this
-module switches that on, by an explicit call (importing :mod:`lse_energy` changes no JAX
+module switches that on, by an explicit call (importing ``lse_energy`` changes no JAX
 setting). Every chapter's first cell calls :func:`enable`.
 
 Where the cache lives, first match wins:

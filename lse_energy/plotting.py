@@ -219,7 +219,7 @@ def _register_check() -> None:
 # tested) is in the environment. Tag the cell ``nbval-ignore-output``.
 
 
-#: The largest stepper (all frames, base64) one explorable may embed: 1.5 MB (issue 50).
+#: The largest stepper (all frames, base64) one explorable may embed, 1.5 MB.
 MAX_BYTES = 1_500_000
 
 

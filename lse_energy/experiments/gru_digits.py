@@ -283,8 +283,8 @@ def continuation_summary(doc: dict) -> dict:
     }
 
 
-#: Settings of the validation budget check (fixed before its run): seed 0 of the stored run, its training
-#: images split into ``n_train - n_validation`` for training and ``n_validation`` for validation.
+#: The settings of the validation budget check, fixed before its run. Seed 0 of the stored run, its
+#: training images split into ``n_train - n_validation`` for training and ``n_validation`` for validation.
 BUDGET = dict(
     base=SETTINGS,
     seeds=[0],
