@@ -191,13 +191,17 @@ def _curves(r) -> dict:
     )
 
 
-def _replay(settings, cell):
-    d = data(settings)
+def _replay_on(d, settings, seed):
+    """The first :data:`REPLAY_EPOCHS` of both models on the data ``d``: curves and the first 8 logits."""
     out = {}
     for m in MODELS:
-        r = _fit(settings, m, cell["seed"], REPLAY_EPOCHS, d)
+        r = _fit(settings, m, seed, REPLAY_EPOCHS, d)
         out[m] = dict(_curves(r), logits=np.asarray(gru.logits(r.params, d[2][:8])))
     return out
+
+
+def _replay(settings, cell):
+    return _replay_on(data(settings), settings, cell["seed"])
 
 
 def _cell(settings, cell, progress):
@@ -337,12 +341,7 @@ def _fit_budget(settings, model, seed, n_epochs, d):
 
 
 def _replay_budget(settings, cell):
-    d = budget_data(settings)
-    out = {}
-    for m in MODELS:
-        r = _fit_budget(settings, m, cell["seed"], REPLAY_EPOCHS, d)
-        out[m] = dict(_curves(r), logits=np.asarray(gru.logits(r.params, d[2][:8])))
-    return out
+    return _replay_on(budget_data(settings), settings["base"], cell["seed"])
 
 
 def _cell_budget(settings, cell, progress):
