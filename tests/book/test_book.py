@@ -207,9 +207,11 @@ def test_float32_roundoff_rule_catches_the_old_chapter_5():
 
 
 # A proposition's block, or the prose after it up to the next proposition, names the test that
-# checks it: `tests/<folder>/test_x.py::test_name` (CONTRIBUTING, "Independent checks").
+# checks it with a marker, {abbr}`✓ tested (tests/<folder>/test_x.py::test_name)`: the page shows
+# "✓ tested" and the path on hover, out of the reader's line (CONTRIBUTING, "Independent checks").
 _CLAIM = r"```\{prf:(?:proposition|theorem|lemma|corollary)\}"
-_TEST_REF = r"`(tests/(?:\w+/)*test_\w+\.py)::(\w+)`"
+_TEST_REF = r"\{abbr\}`✓ tested \((tests/(?:\w+/)*test_\w+\.py)::(\w+)\)`"
+_BARE_REF = r"(?<!\()`?tests/(?:\w+/)*test_\w+\.py"
 
 
 def _claims_and_tests(path):
@@ -244,13 +246,33 @@ def test_every_proposition_names_its_test(path):
             assert fn in _test_functions(file), f"{path.name}: {claim!r} names {file}::{fn}, which does not exist"
 
 
+def bare_test_paths(nb: dict) -> list[str]:
+    """Test paths written into a chapter's prose instead of behind a "✓ tested" marker."""
+    out = []
+    for i, c in enumerate(nb["cells"]):
+        if c["cell_type"] == "markdown":
+            out += [f"cell {i}: {m}" for m in re.findall(_BARE_REF, "".join(c["source"]))]
+    return out
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_test_paths_sit_behind_markers(path):
+    assert bare_test_paths(json.loads(path.read_text())) == []
+
+
+def test_bare_path_rule_catches_a_path_in_prose():
+    marker = "{abbr}`✓ tested (tests/book/test_book.py::test_toc_entries_exist)`"
+    nb = {"cells": [{"cell_type": "markdown", "source": [f"Checked {marker}; see `tests/models/test_gmm.py`."]}]}
+    assert bare_test_paths(nb) == ["cell 0: `tests/models/test_gmm.py"]
+
+
 def test_proposition_rule_catches_a_missing_reference(tmp_path):
     nb = {
         "cells": [
             {"cell_type": "markdown", "source": ["```{prf:proposition} A\n", "x\n", "```\n"]},
             {
                 "cell_type": "markdown",
-                "source": ["```{prf:proof}\n", "`tests/book/test_book.py::test_toc_entries_exist`\n```"],
+                "source": ["```{prf:proof}\n", "{abbr}`✓ tested (tests/book/test_book.py::test_toc_entries_exist)`\n```"],
             },
             {"cell_type": "markdown", "source": ["```{prf:theorem} B\n", "y\n", "```\n"]},
         ]
