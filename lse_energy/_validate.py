@@ -375,3 +375,18 @@ def time_steps(t, n_steps: int, batch: int) -> Array:
         if np.any(tv < 1) or np.any(tv > n_steps):
             raise ValueError(f"t must lie in 1..T = 1..{n_steps}; got {tv.min()}..{tv.max()}")
     return jnp.broadcast_to(t, (batch,))
+
+
+def weight_rows(name: str, w) -> np.ndarray:
+    """``w`` is a 2-D array of softmax weights: nonnegative (a weight may underflow to 0), each row summing to 1."""
+    a = np.asarray(w, np.float64)
+    if a.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (children, parents), got shape {a.shape}")
+    if not np.all(np.isfinite(a)) or np.any(a < 0):
+        raise ValueError(f"{name} must be finite and nonnegative")
+    bad = np.abs(a.sum(axis=1) - 1.0) > 1e-3
+    if np.any(bad):
+        raise ValueError(
+            f"each row of {name} must sum to 1; row {int(np.argmax(bad))} sums to {a.sum(axis=1)[bad][0]:.6g}"
+        )
+    return a

@@ -33,6 +33,7 @@ __all__ = [
     "stepper_html",
     "explorable",
     "live",
+    "lse_graph",
 ]
 
 # Okabe-Ito colour-blind-safe palette (Okabe and Ito, 2008).
@@ -357,3 +358,118 @@ def explorable(
         metadata={"image/png": {"width": w, "height": h}},
     )
     return frames
+
+
+def lse_graph(
+    children: Sequence[str],
+    parents: Sequence[str],
+    weights,
+    *,
+    focus: int = 0,
+    sim: str = r"\mathrm{sim}(v_c, v_p)",
+    grad: str = r"\frac{\partial E}{\partial v_c} = -\sum_p w_{cp}\,\frac{\partial\,\mathrm{sim}}{\partial v_c}",
+    title: str = "",
+    ax=None,
+):
+    r"""Draw a model as the book's graph: children below, parents above, softmax weights on the edges.
+
+    Every chapter draws its model with this one function, so the motif reads the same
+    everywhere: the energy is :math:`E = -\sum_c \ln \sum_p \exp \mathrm{sim}(v_c, v_p)`,
+    each child spreads one unit of weight over its parents, and its gradient is the
+    weighted sum of the similarity's gradients.
+
+    Args:
+      children: labels of the child nodes (Matplotlib TeX allowed), drawn in the bottom row.
+      parents: labels of the parent nodes, drawn in the top row.
+      weights: ``(len(children), len(parents))`` softmax weights :math:`w_{cp}`, each row on
+        the simplex. An edge's width and opacity follow its weight; the edges of child
+        ``focus`` are drawn in colour and labelled with their weight.
+      focus: the child whose weights are labelled.
+      sim: TeX (no dollars) of the model's similarity, written under the graph.
+      grad: TeX (no dollars) of the gradient it gives, written beside ``sim``.
+      title: the axes title.
+      ax: axes to draw on; a new figure (6.4 x 3 in) if None.
+
+    Returns:
+      The figure.
+
+    Examples:
+      >>> import numpy as np
+      >>> from lse_energy import plotting
+      >>> w = np.array([[0.7, 0.3], [0.5, 0.5], [0.1, 0.9]])
+      >>> fig = plotting.lse_graph(
+      ...     ["$x_1$", "$x_2$", "$x_3$"], [r"$\mu_1$", r"$\mu_2$"], w
+      ... )
+      >>> plotting.text_problems(fig)
+      []
+    """
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from lse_energy import _validate
+
+    n_c, n_p = len(children), len(parents)
+    _validate.count("len(children)", n_c)
+    _validate.count("len(parents)", n_p)
+    if np.shape(weights) != (n_c, n_p):
+        raise ValueError(
+            f"weights must have shape (len(children), len(parents)) = {(n_c, n_p)}, got {np.shape(weights)}"
+        )
+    w = _validate.weight_rows("weights", weights)
+    focus = _validate.count("focus", focus, low=0)
+    if focus >= n_c:
+        raise ValueError(f"focus must index a child (0 to {n_c - 1}), got {focus}")
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+    else:
+        fig = ax.figure
+    width = max(n_c, n_p)
+    xc = np.linspace(0, width - 1, n_c) if n_c > 1 else np.array([(width - 1) / 2])
+    xp = np.linspace(0, width - 1, n_p) if n_p > 1 else np.array([(width - 1) / 2])
+    yc, yp = 0.0, 1.0
+    for c in range(n_c):
+        for p in range(n_p):
+            mine = c == focus
+            ax.plot(
+                [xc[c], xp[p]],
+                [yc, yp],
+                color=COLORS[0] if mine else "0.6",
+                lw=0.5 + 4.0 * w[c, p] if mine else 0.4 + 1.5 * w[c, p],
+                alpha=0.25 + 0.75 * w[c, p] if mine else 0.15 + 0.35 * w[c, p],
+                zorder=2 if mine else 1,
+                solid_capstyle="round",
+            )
+    for x, y, labels, colour in ((xc, yc, children, COLORS[2]), (xp, yp, parents, COLORS[1])):
+        ax.scatter(x, np.full(len(x), y), s=520, color=colour, zorder=3, edgecolor="white", lw=1.5)
+        for xi, text in zip(x, labels):
+            ax.text(xi, y, text, ha="center", va="center", fontsize=10, zorder=4)
+    # the focus child's weights, each at the parent end of its edge
+    for p in range(n_p):
+        t = 0.72
+        ax.text(
+            xc[focus] + t * (xp[p] - xc[focus]),
+            yc + t * (yp - yc),
+            f"{w[focus, p]:.2f}",
+            fontsize=8,
+            color=COLORS[0],
+            ha="center",
+            va="center",
+            bbox=dict(boxstyle="round,pad=0.15", fc="white", ec="none", alpha=0.9),
+            zorder=5,
+        )
+    ax.text(-0.45, yp, "parents", ha="right", va="center", fontsize=9, color="0.3")
+    ax.text(-0.45, yc, "children", ha="right", va="center", fontsize=9, color="0.3")
+    ax.text(
+        (width - 1) / 2,
+        -0.42,
+        rf"$\mathrm{{sim}} = {sim}$" + "\n" + rf"${grad}$",
+        ha="center",
+        va="top",
+        fontsize=9,
+    )
+    ax.set_xlim(-1.7, width - 1 + 0.5)
+    ax.set_ylim(-1.15, 1.3)
+    ax.axis("off")
+    if title:
+        ax.set_title(title)
+    return fig

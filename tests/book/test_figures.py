@@ -124,3 +124,32 @@ def test_keyboard_script_present():
     assert "lse-explorable" in js and '"input"' in js and "textContent" in js
     assert "aria-valuetext" in js
     assert not re.search(r"https?://|fetch\(|XMLHttpRequest|import\(", js)
+
+
+# The recurring children/parents motif (issue 50, point 5).
+_W = np.array([[0.7, 0.3, 0.0], [0.2, 0.2, 0.6]])
+
+
+def test_lse_graph_draws_every_edge_and_the_focus_weights():
+    fig = plotting.lse_graph(["a", "b"], ["p", "q", "r"], _W, focus=1)
+    ax = fig.axes[0]
+    assert len(ax.lines) == 6
+    texts = [t.get_text() for t in ax.texts]
+    assert ["0.20", "0.20", "0.60"] == [t for t in texts if t[:2] == "0."]
+    assert plotting.text_problems(fig) == []
+    plt.close(fig)
+
+
+@pytest.mark.parametrize(
+    "weights, focus, match",
+    [
+        (_W[:, :2], 0, "shape"),
+        (_W * 2, 0, "sum to 1"),
+        (-_W, 0, "nonnegative"),
+        (_W, 2, "focus"),
+        (_W, True, "focus"),
+    ],
+)
+def test_lse_graph_refuses_bad_weights(weights, focus, match):
+    with pytest.raises((ValueError, TypeError), match=match):
+        plotting.lse_graph(["a", "b"], ["p", "q", "r"], weights, focus=focus)
