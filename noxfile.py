@@ -71,6 +71,17 @@ def _kernel_env(session):
     profile = pathlib.Path(session.create_tmp()).resolve() / "ipython" / "profile_default"
     profile.mkdir(parents=True, exist_ok=True)
     (profile / "ipython_kernel_config.py").write_text('c.IPKernelApp.log_level = "ERROR"\n')
+    # tqdm's notebook bar ignores TQDM_DISABLE and would store a widget in the page (its state,
+    # 65 KB in chapter 1, inert without a kernel): where the variable is set, a chapter's
+    # `from tqdm.auto import tqdm` gets the plain, disabled bar instead.
+    (profile / "startup").mkdir(exist_ok=True)
+    (profile / "startup" / "00-quiet-progress.py").write_text(
+        "import os\n"
+        "if os.environ.get('TQDM_DISABLE', '').strip().lower() not in ('', '0', 'false'):\n"
+        "    import functools, tqdm.auto, tqdm.std\n"
+        "    tqdm.auto.tqdm = functools.partial(tqdm.std.tqdm, disable=True)\n"
+        "    tqdm.auto.trange = functools.partial(tqdm.std.trange, disable=True)\n"
+    )
     return {**ENV, **_cache_env(), "IPYTHONDIR": str(profile.parent)}
 
 
@@ -80,7 +91,9 @@ def book(session):
     _install_locked(session)
     # Progress bars off while the book is built: tqdm would store a widget that the
     # static page cannot run (a reader's own Jupyter still shows them).
-    env = {**_kernel_env(session), **FAST_COMPILE, "TQDM_DISABLE": "1"}
+    # LSE_CHECK_FIGURES: every figure's text is checked after each cell (lse_energy.plotting);
+    # a problem is written to the cell's stderr, which the page check below finds.
+    env = {**_kernel_env(session), **FAST_COMPILE, "TQDM_DISABLE": "1", "LSE_CHECK_FIGURES": "1"}
     # The notebooks run two at a time into an emptied jupyter-cache (tools/execute_book.py),
     # then the build takes their outputs from it (execute_notebooks: cache, in a copy of
     # _config.yml); one kernel at a time left one of the two cores idle for most of the build.
@@ -99,6 +112,7 @@ def book(session):
         silent=True,
     )
     session.run("jupyter-book", "build", "--all", ".", "-W", "-n", "--keep-going", "--config", str(config), env=env)
+    session.run("python", "tools/check_pages.py", str(ROOT / "_build" / "html"))
     index = ROOT / "_build" / "html" / "index.html"
     session.log(f"The book is ready: open file://{index}")
 

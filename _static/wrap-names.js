@@ -3,10 +3,10 @@
 // or "." instead of at any letter (_static/custom.css lets them wrap). Only the display
 // changes: the text, and so copying and search, stay.
 document.addEventListener("DOMContentLoaded", () => {
-  const names = ".bd-article code.literal span.pre, dt.sig .sig-prename span.pre";
+  const names = ".bd-article code.literal span.pre, dt.sig .sig-prename span.pre, dt.sig .sig-name span.pre";
   document.querySelectorAll(names).forEach((span) => {
     const text = span.textContent;
-    if (text.length < 20 || span.children.length || !/[\/_.:]/.test(text)) return;
+    if (span.children.length || !/[\/_.:]./.test(text)) return;
     const parts = text.split(/(?<=::|[\/_.])(?!:)/);
     span.textContent = "";
     parts.forEach((part, i) => {
