@@ -420,7 +420,7 @@ def lse_graph(
     if focus >= n_c:
         raise ValueError(f"focus must index a child (0 to {n_c - 1}), got {focus}")
     if ax is None:
-        fig, ax = plt.subplots(figsize=(6.4, 3.0))
+        fig, ax = plt.subplots(figsize=(6.4, 2.8))
     else:
         fig = ax.figure
     width = max(n_c, n_p)
@@ -467,8 +467,8 @@ def lse_graph(
         va="top",
         fontsize=9,
     )
-    ax.set_xlim(-1.7, width - 1 + 0.5)
-    ax.set_ylim(-1.15, 1.3)
+    ax.set_xlim(-1.35, width - 1 + 0.4)
+    ax.set_ylim(-1.0, 1.25)
     ax.axis("off")
     if title:
         ax.set_title(title)
