@@ -116,8 +116,19 @@ def browser(html):
 
 
 # JavaScript run in each page; returns what the assertions need.
+# The checks' voice in the reading flow (issue 50, point 2): a test path, or a hidden cell's
+# "checked: ..." output, in the text a reader sees (innerText skips collapsed inputs and the
+# title of a "✓ tested" marker).
+AUDIT_TEXT = r"""() => {
+  const main = document.querySelector('main') || document.body;
+  const text = main.innerText;
+  return (text.match(/tests\/(?:\w+\/)*test_\w+\.py/g) || [])
+    .concat(text.match(/^[ \t]*checked:.{0,40}/gim) || []).slice(0, 5);
+}"""
+
 PAGE_REPORT = r"""
 () => {
+  const AUDIT_TEXT = __AUDIT__;
   const body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, script, style, mjx-container, .highlight, textarea')
       .forEach(e => e.remove());
@@ -165,9 +176,10 @@ PAGE_REPORT = r"""
         t.getBoundingClientRect().width > t.parentElement.clientWidth + 1)
         .map(t => 'table: ' + t.textContent.trim().replace(/\s+/g, ' ').slice(0, 60))),
     ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
+    audit: AUDIT_TEXT(),
   };
 }
-"""
+""".replace("__AUDIT__", AUDIT_TEXT)
 
 
 def _open(browser, path, width):
@@ -269,6 +281,26 @@ def test_page_renders(page, html, browser):
             continue  # the book as a PDF, copied here by `nox -s pdf` (the intro says so)
         target = (path.parent / urllib.parse.unquote(parsed.path)).resolve()
         assert target.exists(), f"link {href} does not resolve"
+
+
+@pytest.mark.parametrize("page", [p for p in _toc_pages() if pathlib.Path(p).name[:2].isdigit()])
+def test_no_check_voice_in_the_reading_flow(page, html, browser):
+    assert _page_report(browser, html / f"{page}.html")["audit"] == []
+
+
+def test_check_voice_rule_fires(html, browser):
+    page = html / "_audit_check.html"
+    marker = '<abbr title="tests/models/test_gmm.py::test_fit">✓ tested</abbr>'
+    page.write_text(
+        f"<html><body><main><p>Proved {marker}.</p>"
+        "<details><summary>code</summary><pre>checked: hidden input</pre></details>"
+        "<div class='cell_output'><pre>checked: 100 instances</pre></div>"
+        "<p>as in <code>tests/propositions/test_propositions_ch02.py</code></p></main></body></html>"
+    )
+    tab, _, _ = _open(browser, page, 1280)
+    found = tab.evaluate(AUDIT_TEXT)
+    tab.close()
+    assert found == ["tests/propositions/test_propositions_ch02.py", "checked: 100 instances"]
 
 
 @pytest.mark.parametrize("page", _toc_pages())
