@@ -126,9 +126,23 @@ AUDIT_TEXT = r"""() => {
     .concat(text.match(/^[ \t]*checked:.{0,40}/gim) || []).slice(0, 5);
 }"""
 
+# The share of a page's height that is visible code (unfolded input cells) and printed output
+# (issue 50: at most 15% of a chapter at 1280 px). Folded inputs have no height.
+CODE_SHARE = r"""() => {
+  const main = document.querySelector('main') || document.body;
+  const boxes = [...main.querySelectorAll('.cell_input, .cell_output pre')]
+    .filter(e => !e.parentElement.closest('.cell_input, .cell_output pre'))
+    // a folded input sits in a closed <details>: it takes no room on the page
+    .filter(e => !e.closest('details:not([open])'));
+  const h = boxes.reduce((a, e) => a + e.getBoundingClientRect().height, 0);
+  return h / Math.max(1, main.getBoundingClientRect().height);
+}"""
+MAX_CODE_SHARE = 0.15
+
 PAGE_REPORT = r"""
 () => {
   const AUDIT_TEXT = __AUDIT__;
+  const CODE_SHARE = __SHARE__;
   const body = document.body.cloneNode(true);
   body.querySelectorAll('pre, code, script, style, mjx-container, .highlight, textarea')
       .forEach(e => e.remove());
@@ -177,9 +191,10 @@ PAGE_REPORT = r"""
         .map(t => 'table: ' + t.textContent.trim().replace(/\s+/g, ' ').slice(0, 60))),
     ids: Array.from(document.querySelectorAll('[id]')).map(e => e.id),
     audit: AUDIT_TEXT(),
+    codeShare: CODE_SHARE(),
   };
 }
-""".replace("__AUDIT__", AUDIT_TEXT)
+""".replace("__AUDIT__", AUDIT_TEXT).replace("__SHARE__", CODE_SHARE)
 
 
 def _open(browser, path, width):
@@ -286,6 +301,26 @@ def test_page_renders(page, html, browser):
 @pytest.mark.parametrize("page", [p for p in _toc_pages() if pathlib.Path(p).name[:2].isdigit()])
 def test_no_check_voice_in_the_reading_flow(page, html, browser):
     assert _page_report(browser, html / f"{page}.html")["audit"] == []
+
+
+@pytest.mark.parametrize("page", [p for p in _toc_pages() if pathlib.Path(p).name[:2].isdigit()])
+def test_code_is_a_small_share_of_a_chapter(page, html, browser):
+    share = _page_report(browser, html / f"{page}.html")["codeShare"]
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    with open(SCREENSHOTS / "code_share.tsv", "a") as f:  # the note reports median and largest
+        f.write(f"{page}\t{share:.3f}\n")
+    assert share <= MAX_CODE_SHARE, f"visible code and output are {share:.0%} of the page"
+
+
+def test_code_share_rule_fires(html, browser):
+    page = html / "_code_share_check.html"
+    code = "<div class='cell_input'><pre>" + "x = 1\n" * 40 + "</pre></div>"
+    folded = "<details><summary>source</summary><div class='cell_input'><pre>" + "y\n" * 400 + "</pre></div></details>"
+    page.write_text(f"<html><body><main><p>text</p>{folded}{code}<p>more text</p></main></body></html>")
+    tab, _, _ = _open(browser, page, 1280)
+    share = tab.evaluate(CODE_SHARE)
+    tab.close()
+    assert share > MAX_CODE_SHARE
 
 
 def test_check_voice_rule_fires(html, browser):
