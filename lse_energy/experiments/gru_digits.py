@@ -16,8 +16,10 @@ epoch 80 (0.886, 0.940, 0.945, 0.956 at 20, 40, 60, 80) and then stays within
 0.946-0.950 to 160. So ``n_epochs = 120``, and every cell also stores the
 accuracy at ``3/4`` of the run (epoch 90) so the chapter can state how much it
 still moved. Ten seeds: the comparison is a paired per-seed difference.
-Cost: about 43 CPU-seconds per seed, compilation included (GRU 13, minGRU 30:
-its associative scan dominates), about 7 CPU-minutes in all.
+Cost: about 43 CPU-seconds per seed on an idle machine, compilation included
+(GRU 13, minGRU 30: its associative scan dominates), about 7 CPU-minutes in all;
+the stored run took 31 minutes of wall time (its ``seconds``, 1857) on a shared,
+loaded 2-core machine.
 
 **Replay trace.** The first :data:`REPLAY_EPOCHS` epochs' mean training losses
 and train/test accuracies of the full run, beside the logits on the first 8 test
@@ -46,7 +48,8 @@ amounts whose 95% intervals lie inside one point; it says nothing about longer
 training or another schedule. It resolves the 20-epoch gap of about 8 points into its
 under-training part to about an eighth. Cost, measured: one seed's 120 epochs of
 both models take about 43 CPU-seconds (GRU 13, minGRU 30, compilation included),
-so about 80 per cell and 7 CPU-minutes in all.
+so about 80 per cell and 7 CPU-minutes in all on an idle machine; the stored run
+took 61 minutes of wall time (its ``seconds``, 3671) on the shared, loaded machine.
 Replay trace: both models trained for :data:`REPLAY_EPOCHS` epochs, then
 continued for :data:`REPLAY_EPOCHS` more from that state with the continuation
 key (losses, accuracies of both parts and the logits on the first 8 test images
