@@ -1,4 +1,4 @@
-r"""Gradient checking shared by the tests and every chapter of the book.
+r"""Gradient checking shared by the tests and every chapter of the book, and the book's verdict rule.
 
 :func:`check_gradient` compares an analytic gradient with ``jax.grad`` and with
 central finite differences, both in float64, and returns the two errors.
@@ -18,7 +18,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-__all__ = ["GradientCheck", "check_gradient", "assert_gradient", "relative_error", "decade"]
+__all__ = [
+    "GradientCheck",
+    "check_gradient",
+    "assert_gradient",
+    "relative_error",
+    "decade",
+    "Interval",
+    "paired_interval",
+]
 
 
 class GradientCheck(NamedTuple):
@@ -200,3 +208,48 @@ def assert_gradient(
             f"analytic gradient differs from finite differences: relative error {result.fd_error:.3e} > {fd_rtol:.1e}"
         )
     return result
+
+
+class Interval(NamedTuple):
+    """A mean difference with its two-sided t interval.
+
+    Attributes:
+      mean: the mean of the paired differences.
+      low, high: the interval's ends.
+      n: the number of pairs.
+    """
+
+    mean: float
+    low: float
+    high: float
+    n: int
+
+    def excludes_zero(self) -> bool:
+        """Whether the interval lies wholly above or wholly below 0 (a verdict, not a tie)."""
+        return self.low > 0 or self.high < 0
+
+
+def paired_interval(a, b, level: float = 0.95) -> Interval:
+    """The book's verdict rule: the mean of the per-seed differences ``a - b``, with its t interval.
+
+    ``a`` and ``b`` are results of two methods on the same seeds (pair ``i`` shares seed ``i``).
+    "A beats B" is claimed only when the interval excludes 0. Needs SciPy (the t quantile).
+
+    Examples:
+      >>> from lse_energy.testing import paired_interval
+      >>> iv = paired_interval([0.91, 0.93, 0.90, 0.94], [0.88, 0.90, 0.89, 0.90])
+      >>> f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]", iv.excludes_zero()
+      ('+0.027 [+0.007, +0.048]', True)
+    """
+    from scipy import stats
+
+    d = np.asarray(a, np.float64) - np.asarray(b, np.float64)
+    if d.ndim != 1 or d.size < 2:
+        raise ValueError(f"a and b must be 1-D of the same length >= 2 (pairs), got differences of shape {d.shape}")
+    if not np.all(np.isfinite(d)):
+        raise ValueError("a and b must be finite")
+    if not 0 < level < 1:
+        raise ValueError(f"level must be in (0, 1), got {level}")
+    half = stats.t.ppf(0.5 + level / 2, d.size - 1) * d.std(ddof=1) / np.sqrt(d.size)
+    m = float(d.mean())
+    return Interval(m, m - float(half), m + float(half), int(d.size))

@@ -490,3 +490,28 @@ def test_random_normal_under_jit_and_vmap():
     got = jax.jit(jax.vmap(lambda k: core.random_normal(k, (5, 3))))(keys)
     ref = jax.vmap(lambda k: jax.random.normal(k, (5, 3)))(keys)
     np.testing.assert_array_equal(np.asarray(got), np.asarray(ref))
+
+
+# The book's verdict rule (lse_energy.testing.paired_interval) against scipy's paired t test.
+def test_paired_interval_is_scipys_paired_t_interval():
+    import scipy.stats
+
+    from lse_energy.testing import paired_interval
+
+    rng = np.random.default_rng(0)
+    for n in (2, 5, 10, 40):
+        a, b = rng.normal(size=n), rng.normal(size=n) + 0.3
+        iv = paired_interval(a, b, level=0.9)
+        ref = scipy.stats.ttest_rel(a, b).confidence_interval(0.9)
+        np.testing.assert_allclose([iv.low, iv.high], [ref.low, ref.high], rtol=1e-12)
+        assert iv.n == n and np.isclose(iv.mean, np.mean(a - b))
+    assert paired_interval([1.0, 1.2, 1.1], [0.0, 0.1, 0.05]).excludes_zero()
+    assert not paired_interval([1.0, -1.0, 0.5], [0.0, 0.0, 0.0]).excludes_zero()
+
+
+@pytest.mark.parametrize("a, b, match", [([1.0], [0.0], "length >= 2"), ([1.0, np.nan], [0, 0], "finite")])
+def test_paired_interval_refuses_bad_input(a, b, match):
+    from lse_energy.testing import paired_interval
+
+    with pytest.raises(ValueError, match=match):
+        paired_interval(a, b)
