@@ -226,6 +226,13 @@ def grad_q(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
 
     Returns:
       ``(..., N_Q, d)``, the gradient (not its negative).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> q, k = jnp.zeros((2, 3)), jnp.ones((4, 3))
+      >>> attention.grad_q(q, k).shape
+      (2, 3)
     """
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
@@ -246,6 +253,13 @@ def grad_k(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
 
     Returns:
       ``(..., N_K, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> q, k = jnp.ones((2, 3)), jnp.zeros((4, 3))
+      >>> attention.grad_k(q, k).shape
+      (4, 3)
     """
     q, k = _validate.qk(q, k)
     _validate.beta(beta)
@@ -275,6 +289,14 @@ def token_energy(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> A
 
     Returns:
       Scalar energy.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
+      >>> xq, xk = jnp.ones((2, 3)), jnp.ones((4, 3))
+      >>> attention.token_energy(params, xq, xk).shape
+      ()
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
     return energy(xq @ wq.T, xk @ wk.T, beta=beta, mask=mask, bias=bias)
@@ -291,6 +313,14 @@ def grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None):
 
     Returns:
       ``(dE/dxq, dE/dxk)`` with the shapes of ``xq`` and ``xk``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
+      >>> gq, gk = attention.grad_tokens(params, jnp.ones((2, 3)), jnp.ones((4, 3)))
+      >>> gq.shape, gk.shape
+      ((2, 3), (4, 3))
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
     q, k = xq @ wq.T, xk @ wk.T
@@ -315,6 +345,14 @@ def grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Pa
 
     Returns:
       :class:`Params` of gradients, shaped like ``params``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
+      >>> g = attention.grad_params(params, jnp.ones((2, 3)), jnp.ones((4, 3)))
+      >>> g.wq.shape, g.wk.shape
+      ((2, 3), (2, 3))
     """
     wq, wk, xq, xk = _check_cross_tokens(params, xq, xk)
     q, k = xq @ wq.T, xk @ wk.T
@@ -351,6 +389,14 @@ def self_energy(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
 
     Returns:
       Scalar energy.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (4, 3))
+      >>> attention.self_energy(params, x).shape
+      ()
     """
     wq, wk, x = _check_self(params, x)
     _validate.beta(beta)
@@ -379,6 +425,15 @@ def grad_self_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Gra
     Returns:
       :class:`lse_energy.core.GradientTerms` with ``child`` and ``parent``,
       each ``(..., N, d)``; their sum is :math:`-\partial E/\partial x`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (4, 3))
+      >>> terms = attention.grad_self_terms(params, x)
+      >>> terms.child.shape, terms.parent.shape
+      ((4, 3), (4, 3))
     """
     wq, wk, x = _check_self(params, x)
     _validate.beta(beta)
@@ -395,6 +450,14 @@ def grad_self(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
 
     Returns:
       ``(..., N, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_params(3, 2, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (4, 3))
+      >>> attention.grad_self(params, x).shape
+      (4, 3)
     """
     t = grad_self_terms(params, x, beta=beta, mask=mask, bias=bias)
     return -(t.child + t.parent)
@@ -418,6 +481,13 @@ def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:
 
     Returns:
       ``(..., N_Q, N_K)``; rows sum to one over allowed edges.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> w = attention.attention_weights(jnp.zeros((2, 3)), jnp.ones((4, 3)))
+      >>> w.shape, bool(jnp.allclose(w.sum(-1), 1.0))
+      ((2, 4), True)
     """
     q, k = _validate.qk(q, k)
     beta = _validate.default_beta(beta, q.shape[-1])
@@ -446,6 +516,14 @@ def attend(q, k, v, *, beta=None, mask=None, bias=None) -> Array:
 
     Returns:
       ``(..., N_Q, d_v)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> q, k, v = jnp.zeros((2, 3)), jnp.ones((4, 3)), jnp.arange(4.0)[:, None]
+      >>> out = attention.attend(q, k, v)  # uniform weights: the mean of v
+      >>> out.shape, bool(jnp.allclose(out, 1.5))
+      ((2, 1), True)
     """
     v = _validate.float_array("v", v, 2)
     q, k = _validate.qk(q, k)
@@ -484,6 +562,13 @@ def edge_prior(bias, mask=None) -> Array:
 
     Returns:
       ``(..., N_Q, N_K)``, rows summing to one.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> prior = attention.edge_prior(jnp.zeros((2, 4)))
+      >>> prior.shape, bool(jnp.allclose(prior, 0.25))
+      ((2, 4), True)
     """
     bias = _validate.float_array("bias", bias, 2)
     return _weights(bias, mask)
@@ -510,6 +595,13 @@ def prior_energy(sim, prior) -> Array:
       ValueError: integer or non-finite ``sim``/``prior``, ``prior`` of
         another shape, or a ``prior`` row that is negative or does not sum
         to one.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> prior, sim = jnp.full((2, 4), 0.25), jnp.full((2, 4), jnp.log(2.0))
+      >>> round(float(attention.prior_energy(sim, prior)), 3)  # -2 ln 2
+      -1.386
     """
     sim = _validate.float_array("sim", sim, 2)
     prior = _validate.float_array("prior", prior, 2)
@@ -609,6 +701,14 @@ def multihead_attention(params: MultiHeadParams, xq, xkv=None, *, beta=None, mas
 
     Returns:
       ``(..., N_Q, d_model)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> params = attention.init_multihead(8, 2, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (5, 8))
+      >>> attention.multihead_attention(params, x).shape
+      (5, 8)
     """
     if not isinstance(params, MultiHeadParams):
         raise ValueError(f"params must be MultiHeadParams; got {type(params).__name__}")
@@ -649,6 +749,11 @@ def causal_mask(n: int, m: int | None = None) -> Array:
 
     With ``m > n`` the queries are the last ``n`` of ``m`` positions (query
     ``i`` sits at position ``i + m - n``), so every row keeps at least one key.
+
+    Examples:
+      >>> from lse_energy import attention
+      >>> attention.causal_mask(3).astype(int).tolist()
+      [[1, 0, 0], [1, 1, 0], [1, 1, 1]]
     """
     n = _validate.count("n", n, 1)
     m = n if m is None else _validate.count("m", m, 1)
@@ -667,6 +772,13 @@ def relative_position_bias(table, n: int) -> Array:
 
     Returns:
       ``(..., n, n)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> b = attention.relative_position_bias(jnp.arange(5.0), 3)  # 2n - 1 offsets
+      >>> b.shape, b[0].tolist()
+      ((3, 3), [2.0, 3.0, 4.0])
     """
     table = _validate.float_array("table", table, min_ndim=1)
     n = _validate.count("n", n, 1)
@@ -692,6 +804,13 @@ def sinusoidal_encoding(n: int, d: int, *, base: float = 10000.0) -> Array:
     .. math:: \mathrm{PE}(i)_{2j} = \sin(i\,\omega_j), \quad
               \mathrm{PE}(i)_{2j+1} = \cos(i\,\omega_j), \quad
               \omega_j = \mathrm{base}^{-2j/d}.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> pe = attention.sinusoidal_encoding(6, 4)
+      >>> pe.shape, bool(jnp.all(jnp.abs(pe) <= 1.0))
+      ((6, 4), True)
     """
     n = _validate.count("n", n, 1)
     d = _check_encoding(d, base)
@@ -714,6 +833,14 @@ def sinusoidal_shift(offset, d: int, *, base: float = 10000.0) -> Array:
 
     Returns:
       ``(d, d)`` orthogonal matrix.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import attention
+      >>> pe = attention.sinusoidal_encoding(6, 4)
+      >>> r = attention.sinusoidal_shift(2, 4)
+      >>> bool(jnp.allclose(pe[:4] @ r.T, pe[2:], atol=1e-5))  # PE(i + 2) = R PE(i)
+      True
     """
     d = _check_encoding(d, base)
     if _concrete(offset) and not (np.ndim(offset) == 0 and np.isfinite(offset)):

@@ -111,6 +111,13 @@ def logsumexp(sim, mask=None, *, allow_empty: bool = False) -> Array:
 
     Returns:
       ``(..., C)`` array.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> lse = core.logsumexp(jnp.zeros((2, 4)))  # ln 4 per child
+      >>> lse.shape, round(float(lse[0]), 3)
+      ((2,), 1.386)
     """
     sim, mask = _check_sim(sim, mask, allow_empty)
     return _lse(sim, mask)
@@ -177,6 +184,13 @@ def weights(sim, mask=None, *, allow_empty: bool = False) -> Array:
 
     Returns:
       ``(..., C, P)`` array whose rows sum to 1 (or 0 for dropped children).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> w = core.weights(jnp.zeros((2, 4)))
+      >>> w.shape, bool(jnp.allclose(w, 0.25))
+      ((2, 4), True)
     """
     sim, mask = _check_sim(sim, mask, allow_empty)
     return _weights(sim, mask)
@@ -276,6 +290,14 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
 
     Returns:
       ``(..., N_Q, d_v)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> q, k, v = jnp.zeros((2, 3)), jnp.ones((4, 3)), jnp.arange(4.0)[:, None]
+      >>> out = core.softmax_average(q, k, v, 1.0)  # uniform weights: the mean 1.5
+      >>> out.shape, bool(jnp.allclose(out, 1.5))
+      ((2, 1), True)
     """
     n_q = q.shape[-2]
     if (
@@ -376,13 +398,29 @@ def _check_nodes(nodes, terms):
 
 
 def sim_matrix(term: EnergyTerm, nodes) -> Array:
-    r"""The ``(C_m, P_m)`` matrix :math:`\mathrm{sim}_m(v_c, v_p)` of one term."""
+    r"""The ``(C_m, P_m)`` matrix :math:`\mathrm{sim}_m(v_c, v_p)` of one term.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> term = core.EnergyTerm(children=[0, 1], parents=[2], sim=jnp.dot)
+      >>> core.sim_matrix(term, jnp.eye(3)).shape
+      (2, 1)
+    """
     nodes = _check_nodes(nodes, [term])
     return _pairwise(term.sim)(nodes[term.children], nodes[term.parents])
 
 
 def graph_energy(terms: Sequence[EnergyTerm], nodes) -> Array:
-    r"""Global energy :math:`E = \sum_m E_m` (eq. 3) for ``nodes: (A, d)``."""
+    r"""Global energy :math:`E = \sum_m E_m` (eq. 3) for ``nodes: (A, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> term = core.EnergyTerm(children=[0], parents=[1, 2], sim=jnp.dot)
+      >>> round(float(core.graph_energy([term], jnp.zeros((3, 2)))), 3)  # -ln 2
+      -0.693
+    """
     nodes = _check_nodes(nodes, terms)
     total = jnp.zeros((), nodes.dtype)
     for term in terms:
@@ -447,6 +485,14 @@ def grad_graph_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
 
     Returns:
       :class:`GradientTerms` with ``child`` and ``parent``, each ``(A, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> term = core.EnergyTerm(children=[0], parents=[1, 2], sim=jnp.dot)
+      >>> g = core.grad_graph_terms([term], jnp.ones((3, 2)))
+      >>> g.child.shape, g.parent.shape
+      ((3, 2), (3, 2))
     """
     nodes = _check_nodes(nodes, terms)
     child = jnp.zeros_like(nodes)
@@ -470,6 +516,13 @@ def grad_graph(terms: Sequence[EnergyTerm], nodes) -> Array:
 
     Returns:
       ``(A, d)`` gradient of the global energy (eq. 3).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> term = core.EnergyTerm(children=[0], parents=[1, 2], sim=jnp.dot)
+      >>> core.grad_graph([term], jnp.ones((3, 2))).shape
+      (3, 2)
     """
     parts = grad_graph_terms(terms, nodes)
     return -(parts.child + parts.parent)
@@ -488,6 +541,13 @@ def random_normal(key: jax.Array, shape: Sequence[int] = (), dtype=None) -> jax.
     power-of-two size and sliced, so that every size up to it shares one
     compiled generator; under ``jit`` or ``vmap`` (a traced key) it draws
     exactly ``prod(shape)`` numbers. Other generators are called as they are.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> z = core.random_normal(jax.random.key(0), (2, 3))
+      >>> z.shape, z.dtype, bool(jnp.all(jnp.isfinite(z)))
+      ((2, 3), dtype('float32'), True)
     """
     return _flat_draw(jax.random.normal, key, shape, () if dtype is None else (dtype,))
 
@@ -496,6 +556,13 @@ def random_uniform(key: jax.Array, shape: Sequence[int] = (), dtype=None, minval
     """``jax.random.uniform(key, shape, dtype, minval, maxval)``, drawn as :func:`random_normal` draws.
 
     The same numbers; bounds that are arrays (not scalars) are passed to ``jax.random.uniform`` as they are.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> u = core.random_uniform(jax.random.key(0), (4,), minval=2.0, maxval=3.0)
+      >>> u.shape, bool(jnp.all((u >= 2.0) & (u < 3.0)))
+      ((4,), True)
     """
     if np.ndim(minval) or np.ndim(maxval):
         return jax.random.uniform(key, shape, *(() if dtype is None else (dtype,)), minval=minval, maxval=maxval)
@@ -519,6 +586,12 @@ def prefix_stable(key) -> bool:
     keys: then ``jax.random.normal(key, (n,))`` is the first ``n`` entries of
     ``jax.random.normal(key, (m,))`` for any ``m >= n``, and likewise for
     ``jax.random.split``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core
+      >>> isinstance(core.prefix_stable(jax.random.key(0)), bool)
+      True
     """
     if not jax.config.jax_threefry_partitionable:
         return False

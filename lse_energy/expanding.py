@@ -77,6 +77,12 @@ def log_prior(q, n: int) -> Array:
 
     Returns:
       ``(..., n)``.
+
+    Examples:
+      >>> from lse_energy import expanding
+      >>> lp = expanding.log_prior(0.5, 3)  # ln 0.5 + i ln 0.5
+      >>> [round(float(v), 3) for v in lp]
+      [-0.693, -1.386, -2.079]
     """
     q = _check_q(q)
     n = _validate.count("n", n, 1)
@@ -95,6 +101,11 @@ def window_size(q, eps: float) -> Array:
     so :math:`(1-q)^H \le \varepsilon \iff H \ge \ln\varepsilon / \ln(1-q)`
     (both logarithms are negative). Returns the smallest such integer (at
     least 1) as int32.
+
+    Examples:
+      >>> from lse_energy import expanding
+      >>> int(expanding.window_size(0.5, 0.01))  # ceil(ln 0.01 / ln 0.5)
+      7
     """
     q = _check_q(q)
     return _window(q, _validate.open_unit("eps", eps))
@@ -126,6 +137,13 @@ def posterior(sims, q, *, window=None, mask=None) -> Array:
 
     Returns:
       ``(..., n)``, zero outside the window.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import expanding
+      >>> p = expanding.posterior(jnp.zeros(4), 0.5)
+      >>> p.shape, bool(jnp.isclose(p.sum(), 1.0))
+      ((4,), True)
     """
     sims = _validate.float_array("sims", sims, min_ndim=1)
     q = _check_q(q)
@@ -173,7 +191,15 @@ def energy(sims, q, *, window=None, mask=None) -> Array:
 
 
 def grad_sims(sims, q, *, window=None, mask=None) -> Array:
-    r""":math:`\partial E / \partial s_i = -p(\phi = i \mid x, q)` (Tschantz eq. 4 with sim = :math:`s_i`)."""
+    r""":math:`\partial E / \partial s_i = -p(\phi = i \mid x, q)` (Tschantz eq. 4 with sim = :math:`s_i`).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import expanding
+      >>> g = expanding.grad_sims(jnp.zeros(4), 0.5)  # minus the posterior
+      >>> bool(jnp.allclose(g, -expanding.posterior(jnp.zeros(4), 0.5)))
+      True
+    """
     return -posterior(sims, q, window=window, mask=mask)
 
 
@@ -187,6 +213,12 @@ def grad_q(sims, q, *, window=None, mask=None) -> Array:
 
     Returns:
       ``(...)``, the shape of ``q``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import expanding
+      >>> expanding.grad_q(jnp.zeros(4), 0.5).shape
+      ()
     """
     p = posterior(sims, q, window=window, mask=mask)
     m = jnp.sum(jnp.arange(p.shape[-1], dtype=p.dtype) * p, axis=-1)
@@ -323,6 +355,14 @@ def attend(
 
     Returns:
       :class:`Result`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import expanding
+      >>> q, k, v = jnp.ones(2), jnp.ones((6, 2)), jnp.ones((6, 3))
+      >>> res = expanding.attend(q, k, v)
+      >>> res.output.shape, bool(jnp.allclose(res.output, 1.0))
+      ((3,), True)
     """
     auto = isinstance(max_window, str) and max_window == "auto"  # its finiteness check is on what it reads
     q = _float_array("q", q, 1, not auto)
@@ -711,6 +751,15 @@ def attention(
 
     Returns:
       :class:`Result` with ``output: (B, d_v)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import expanding
+      >>> w = jax.random.normal(jax.random.key(0), (3, 2, 4))
+      >>> params = expanding.Params(wq=w[0], wk=w[1], wv=w[2])
+      >>> x = jax.random.normal(jax.random.key(1), (2, 5, 4))
+      >>> expanding.attention(params, x).output.shape
+      (2, 2)
     """
     if not isinstance(params, Params):
         raise ValueError(f"params must be expanding.Params; got {type(params).__name__}")
@@ -777,6 +826,11 @@ def self_attention_ops(n: int, d: int, d_v: int) -> int:
 
     (``n`` dot products of width ``d``, one softmax pass, the value sum; the
     same accounting as :attr:`Result.ops`.)
+
+    Examples:
+      >>> from lse_energy import expanding
+      >>> expanding.self_attention_ops(10, 4, 2)  # 10 * 4 + 10 + 10 * 2
+      70
     """
     n, d, d_v = _validate.count("n", n, 1), _validate.count("d", d, 1), _validate.count("d_v", d_v, 1)
     return n * d + n + n * d_v

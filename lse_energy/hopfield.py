@@ -167,6 +167,13 @@ def grad_queries(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       ``(N, d)`` gradient of :func:`energy` with respect to ``queries``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.zeros((2, 3))
+      >>> hopfield.grad_queries(memories, queries, beta=2.0).shape
+      (2, 3)
     """
     memories, queries = _check(memories, queries, beta)
     w = core.weights(_sim(memories, queries, beta))  # (N, K)
@@ -189,6 +196,13 @@ def grad_memories(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       ``(K, d)`` gradient of :func:`energy` with respect to ``memories``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.zeros((2, 3))
+      >>> hopfield.grad_memories(memories, queries).shape
+      (3, 3)
     """
     memories, queries = _check(memories, queries, beta)
     w = core.weights(_sim(memories, queries, beta))  # (N, K)
@@ -205,6 +219,13 @@ def regularised_energies(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       ``(N,)`` array.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.zeros((2, 3))
+      >>> hopfield.regularised_energies(memories, queries).shape
+      (2,)
     """
     memories, queries = _check(memories, queries, beta)
     return _energies(memories, queries, beta)
@@ -232,6 +253,13 @@ def regularised_energy(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       Scalar energy.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.zeros((1, 3))
+      >>> round(float(hopfield.regularised_energy(memories, queries)), 3)  # -ln 3
+      -1.099
     """
     memories, queries = _check(memories, queries, beta)
     return energy(memories, queries, beta=beta) + 0.5 * jnp.sum(queries**2)
@@ -247,6 +275,13 @@ def grad_queries_regularised(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       ``(N, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.eye(3)[:2]
+      >>> hopfield.grad_queries_regularised(memories, queries, beta=8.0).shape
+      (2, 3)
     """
     return queries + grad_queries(memories, queries, beta=beta)
 
@@ -276,6 +311,15 @@ def cccp_surrogate(memories, queries, anchor, *, beta=1.0) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories, queries = jnp.eye(3), jnp.zeros((2, 3))
+      >>> s = hopfield.cccp_surrogate(memories, queries, queries)
+      >>> e = hopfield.regularised_energy(memories, queries)
+      >>> bool(jnp.allclose(s, e))  # the surrogate touches the energy at its anchor
+      True
     """
     memories, queries = _check(memories, queries, beta)
     anchor = _validate.points("anchor", anchor, memories.shape[1], ref="memories")
@@ -319,6 +363,14 @@ def update(memories, queries, *, beta=1.0) -> Array:
 
     Returns:
       ``(N, d)`` new states.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories = jnp.eye(3)
+      >>> x = hopfield.update(memories, jnp.array([[0.9, 0.1, 0.0]]), beta=20.0)
+      >>> x.shape, int(jnp.argmax(x[0]))
+      ((1, 3), 0)
     """
     memories, queries = _check(memories, queries, beta)
     return _update_jit(memories, queries, jnp.asarray(beta, dtype=memories.dtype))
@@ -355,6 +407,14 @@ def retrieve(memories, queries, *, beta=1.0, n_steps=10, return_energy=False):
     Returns:
       ``(N, d)`` final states, and with ``return_energy`` a second array of
       shape ``(n_steps + 1, N)``; each column is non-increasing.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> memories = jnp.eye(3)
+      >>> x = hopfield.retrieve(memories, jnp.array([[0.6, 0.4, 0.0]]), beta=20.0)
+      >>> bool(jnp.allclose(x, memories[0], atol=1e-3))
+      True
     """
     memories, queries = _check(memories, queries, beta)
     n_steps = _validate.count("n_steps", n_steps, 0)
@@ -392,6 +452,14 @@ def classical_store(patterns) -> Array:
 
     Returns:
       ``(d, d)`` symmetric weight matrix with zero diagonal.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> patterns = jnp.array([[1.0, -1.0, 1.0, -1.0]])
+      >>> w = hopfield.classical_store(patterns)
+      >>> w.shape, bool(jnp.allclose(jnp.diag(w), 0.0))
+      ((4, 4), True)
     """
     patterns = _check_binary("patterns", patterns, allow_zero=False)
     d = patterns.shape[1]
@@ -408,6 +476,14 @@ def classical_energy(weights, states) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> patterns = jnp.array([[1.0, -1.0, 1.0, -1.0]])
+      >>> w = hopfield.classical_store(patterns)
+      >>> hopfield.classical_energy(w, patterns).shape
+      ()
     """
     weights, states = _check_classical(weights, states)
     return -0.5 * jnp.sum((states @ weights) * states)
@@ -470,6 +546,15 @@ def classical_retrieve(weights, states, *, n_steps=10, return_energy=False):
 
     Returns:
       ``(N, d)`` final states (and the energy trace).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import hopfield
+      >>> patterns = jnp.array([[1.0, -1.0, 1.0, -1.0]])
+      >>> w = hopfield.classical_store(patterns)
+      >>> noisy = jnp.array([[1.0, 1.0, 1.0, -1.0]])
+      >>> bool(jnp.array_equal(hopfield.classical_retrieve(w, noisy), patterns))
+      True
     """
     weights, states = _check_classical(weights, states)
     n_steps = _validate.count("n_steps", n_steps, 0)

@@ -85,6 +85,14 @@ def hop_matrix(p, *, variant: str = "paper") -> Array:
 
     Returns:
       ``(..., N, N)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import multihop
+      >>> p = jnp.full((3, 3), 1 / 3)
+      >>> a = multihop.hop_matrix(p)  # P + P^2: rows sum to 2
+      >>> a.shape, bool(jnp.allclose(a.sum(-1), 2.0))
+      ((3, 3), True)
     """
     _check_variant(variant)
     p = _validate.float_array("p", p, min_ndim=2)
@@ -132,7 +140,16 @@ def attend(q, k, v, *, variant: str = "paper", beta=None, mask=None) -> Array:
 
 
 def attention(params: Params, x, *, variant: str = "paper", beta=None, mask=None) -> Array:
-    r"""Multi-hop self-attention of tokens ``x: (..., N, d)``; returns ``(..., N, d_v)``."""
+    r"""Multi-hop self-attention of tokens ``x: (..., N, d)``; returns ``(..., N, d_v)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import multihop
+      >>> w = jax.random.normal(jax.random.key(0), (3, 2, 4))
+      >>> params = multihop.Params(wq=w[0], wk=w[1], wv=w[2])
+      >>> multihop.attention(params, jnp.ones((5, 4))).shape
+      (5, 2)
+    """
     if not isinstance(params, Params):
         raise ValueError(f"params must be multihop.Params; got {type(params).__name__}")
     x = _validate.float_array("x", x, min_ndim=2)
@@ -166,6 +183,13 @@ def grad_logits(logits, v, g, *, variant: str = "paper", mask=None) -> Array:
 
     Returns:
       ``(..., N, N)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import multihop
+      >>> logits, v, g = jnp.zeros((3, 3)), jnp.ones((3, 2)), jnp.ones((3, 2))
+      >>> multihop.grad_logits(logits, v, g).shape
+      (3, 3)
     """
     _check_variant(variant)
     logits = _validate.float_array("logits", logits, min_ndim=2)

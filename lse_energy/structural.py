@@ -110,6 +110,13 @@ def cccp_step(mu, x, w, *, prior: str = "hopfield") -> Array:
 
     Returns:
       ``(m, d_mu)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import structural
+      >>> mu, x, w = jnp.zeros((2, 2)), jnp.ones((3, 4)), jnp.ones((2, 4))
+      >>> structural.cccp_step(mu, x, w).shape
+      (2, 2)
     """
     mu, x, w = _check_structural(mu, x, w, prior)
     return _cccp_body(mu, x, w, prior)
@@ -127,6 +134,15 @@ def cccp(mu0, x, w, *, prior: str = "hopfield", n_steps: int = 20):
     Returns:
       ``(mu, trace)``: the final ``(m, d_mu)`` means and the ``(n_steps + 1,)``
       free energies :math:`F(\mu^{(0)}), \dots, F(\mu^{(T)})`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import structural
+      >>> mu0 = jax.random.normal(jax.random.key(0), (2, 2))
+      >>> x, w = jnp.ones((3, 4)), jnp.ones((2, 4)) / 4
+      >>> mu, energies = structural.cccp(mu0, x, w, n_steps=5)
+      >>> mu.shape, energies.shape, bool(jnp.all(jnp.diff(energies) <= 1e-6))
+      ((2, 2), (6,), True)
     """
     mu0, x, w = _check_structural(mu0, x, w, prior, "mu0")
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
