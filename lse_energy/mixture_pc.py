@@ -188,6 +188,13 @@ def predict(params: Params, mu) -> Array:
     Raises:
       ValueError: ``mu`` without a last axis of width ``m = params.W1.shape[1]``,
         a non-floating dtype, or non-finite values (checked when concrete).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> mixture_pc.predict(params, jnp.zeros((5, 2))).shape  # f: R^2 -> R^3
+      (5, 3)
     """
     params = _check_params(params)
     mu = jnp.asarray(mu)
@@ -288,6 +295,14 @@ def responsibilities(params: Params, x, mu) -> Array:
 
     Returns:
       ``(N, K)``, rows summing to 1.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> r = mixture_pc.responsibilities(params, jnp.ones((5, 3)), jnp.zeros((2, 2)))
+      >>> r.shape, bool(jnp.allclose(r, 0.5))  # two equal latents
+      ((5, 2), True)
     """
     return core.weights(sim(params, x, mu))
 
@@ -319,6 +334,13 @@ def grad_x(params: Params, x, mu) -> Array:
 
     Returns:
       ``(N, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> mixture_pc.grad_x(params, jnp.ones((5, 3)), jnp.zeros((2, 2))).shape
+      (5, 3)
     """
     params, x, mu = _check_mixture(params, x, mu)
     alpha, e, _ = _weighted_errors(params, x, mu)
@@ -345,6 +367,13 @@ def grad_mu(params: Params, x, mu) -> Array:
     :math:`s_k = \sum_i \alpha_{ik}(x_i - f_\phi(\mu_k))`; no Jacobian is
     formed and :math:`E` is never differentiated. Arguments as in
     :func:`grad_x`; returns ``(K, m)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> mixture_pc.grad_mu(params, jnp.ones((5, 3)), jnp.zeros((2, 2))).shape
+      (2, 2)
     """
     params, x, mu = _check_mixture(params, x, mu)
     s = _summed_errors(params, x, mu)
@@ -367,6 +396,14 @@ def grad_params(params: Params, x, mu) -> Params:
 
     Returns:
       :class:`Params` of the same shapes as ``params``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> g = mixture_pc.grad_params(params, jnp.ones((5, 3)), jnp.zeros((2, 2)))
+      >>> g.W1.shape, g.b2.shape
+      ((4, 2), (3,))
     """
     params, x, mu = _check_mixture(params, x, mu)
     return _grad_params(params, x, mu)
@@ -416,6 +453,13 @@ def mu_lipschitz(params: Params, x) -> Array:
 
     Returns:
       Scalar :math:`L > 0`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> bool(mixture_pc.mu_lipschitz(params, jnp.ones((5, 3))) > 0)
+      True
     """
     params = _check_params(params)
     x = _validate.matrix("x", x, params.W2.shape[0], "d = params.W2.shape[0]")
@@ -484,6 +528,15 @@ def infer(params: Params, x, mu0, *, n_steps: int, step_size: float | None = Non
 
     Returns:
       :class:`Inference` ``(mu, energy, step_size)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> params = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (6, 3))
+      >>> inf = mixture_pc.infer(params, x, jnp.zeros((2, 2)), n_steps=4)
+      >>> inf.mu.shape, inf.energy.shape, bool(inf.energy[-1] <= inf.energy[0])
+      ((2, 2), (5,), True)
     """
     params, x, mu0 = _check_mixture(params, x, mu0, "mu0")
     n_steps = _validate.count("n_steps", n_steps, 1)
@@ -664,6 +717,14 @@ def sample(
 
     Returns:
       :class:`Data`, points ordered cluster by cluster.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import mixture_pc
+      >>> teacher = mixture_pc.init_params(2, 4, 3, key=jax.random.key(0))
+      >>> data = mixture_pc.sample(teacher, 3, 5, key=jax.random.key(1))
+      >>> data.x.shape, data.labels.shape, data.latent_centres.shape
+      ((15, 3), (15,), (3, 2))
     """
     teacher = _check_params(teacher)
     K = _validate.count("num_clusters", num_clusters, 1)

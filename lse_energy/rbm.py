@@ -153,6 +153,13 @@ def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data
     With ``data`` (``(N, n_visible)`` binary) the visible biases start at the log-odds of the pixel means,
     :math:`b_i = \ln \bar v_i / (1 - \bar v_i)` (means clipped to ``[1e-3, 1 - 1e-3]``), so the untrained model
     already has the data's marginals; otherwise :math:`b = 0`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(6, 4, key=jax.random.key(0), dtype=jnp.float32)
+      >>> params.W.shape, params.b.shape, params.c.shape
+      ((6, 4), (6,), (4,))
     """
     n_visible = _validate.count("n_visible", n_visible, 1)
     n_hidden = _validate.count("n_hidden", n_hidden, 1)
@@ -180,6 +187,14 @@ def joint_energy(params: Params, v, h) -> Array:
 
     Returns:
       ``()`` for single vectors, ``(N,)`` per sample for batches.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.ones(3), jnp.zeros(2))
+      >>> v, h = jnp.array([1.0, 0.0, 1.0]), jnp.zeros(2)
+      >>> float(rbm.joint_energy(params, v, h))  # -b^T v
+      -2.0
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -256,6 +271,14 @@ def energy_hidden(params: Params, h) -> Array:
 
     ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``, checked as :func:`energy`
     checks ``v``; the result is ``()`` or ``(N,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))
+      >>> f = rbm.energy_hidden(params, jnp.zeros((1, 2)))  # -3 ln 2
+      >>> f.shape, round(float(f[0]), 3)
+      ((1,), -2.079)
     """
     W, b, c = _check_params(params)
     return _free_energy_hidden(W, b, c, _check_layer(h, W.shape[1], "h", W.dtype))
@@ -273,6 +296,13 @@ def grad_v(params: Params, v) -> Array:
 
     Returns:
       same shape as ``v``; row ``n`` is the gradient of ``F(v_n)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> rbm.grad_v(params, jnp.ones((4, 3))).shape
+      (4, 3)
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -296,6 +326,14 @@ def grad_params(params: Params, v) -> Params:
 
     Returns:
       :class:`Params` of the same shapes as ``params``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> g = rbm.grad_params(params, jnp.ones((4, 3)))
+      >>> g.W.shape, g.b.shape, g.c.shape
+      ((3, 2), (3,), (2,))
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -325,6 +363,14 @@ def energy_gap(params: Params, v, h) -> EnergyGap:
 
     Returns:
       :class:`EnergyGap` with ``visible`` shaped like ``v`` and ``hidden`` like ``h``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> gap = rbm.energy_gap(params, jnp.ones(3), jnp.zeros(2))
+      >>> jax.tree.map(jnp.shape, gap)
+      EnergyGap(visible=(3,), hidden=(2,))
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -346,6 +392,14 @@ def hidden_probs(params: Params, v) -> Array:
 
     Returns:
       ``(n_hidden,)`` or ``(N, n_hidden)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))
+      >>> p = rbm.hidden_probs(params, jnp.ones((4, 3)))
+      >>> p.shape, bool(jnp.allclose(p, 0.5))
+      ((4, 2), True)
     """
     W, b, c = _check_params(params)
     v = _check_layer(v, W.shape[0], "v", W.dtype)
@@ -357,6 +411,14 @@ def visible_probs(params: Params, h) -> Array:
 
     ``h`` is ``(n_hidden,)`` or ``(N, n_hidden)``; the result is ``(n_visible,)`` or
     ``(N, n_visible)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))
+      >>> p = rbm.visible_probs(params, jnp.ones((4, 2)))
+      >>> p.shape, bool(jnp.allclose(p, 0.5))
+      ((4, 3), True)
     """
     W, b, c = _check_params(params)
     return core.weights(_visible_sim(W, b, _check_layer(h, W.shape[1], "h", W.dtype)))[..., 1]
@@ -400,12 +462,30 @@ def _bernoulli(key, p):
 
 
 def sample_hidden(params: Params, v, *, key) -> Array:
-    r"""Draw :math:`h \sim P(h \mid v) = \prod_j P(h_j \mid v)` (the sampling algorithm of §23.2)."""
+    r"""Draw :math:`h \sim P(h \mid v) = \prod_j P(h_j \mid v)` (the sampling algorithm of §23.2).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> h = rbm.sample_hidden(params, jnp.ones((4, 3)), key=jax.random.key(1))
+      >>> h.shape, bool(jnp.all((h == 0) | (h == 1)))
+      ((4, 2), True)
+    """
     return _bernoulli(key, hidden_probs(params, v))
 
 
 def sample_visible(params: Params, h, *, key) -> Array:
-    r"""Draw :math:`v \sim P(v \mid h) = \prod_i P(v_i \mid h)`."""
+    r"""Draw :math:`v \sim P(v \mid h) = \prod_i P(v_i \mid h)`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> v = rbm.sample_visible(params, jnp.ones((4, 2)), key=jax.random.key(1))
+      >>> v.shape, bool(jnp.all((v == 0) | (v == 1)))
+      ((4, 3), True)
+    """
     return _bernoulli(key, visible_probs(params, h))
 
 
@@ -455,6 +535,14 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
 
     Returns:
       :class:`GibbsState` after the last sweep.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> state = rbm.gibbs(params, jnp.ones((4, 3)), 3, key=jax.random.key(1))
+      >>> jax.tree.map(jnp.shape, state)
+      GibbsState(v=(4, 3), h=(4, 2), v_prob=(4, 3))
     """
     W, b, c = _check_params(params)
     v0 = _check_layer(v0, W.shape[0], "v0", W.dtype, binary=True)
@@ -464,7 +552,14 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
 
 # --- Exact likelihood of small RBMs (enumeration) --------------------------
 def binary_states(n: int, dtype=jnp.float64) -> Array:
-    r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``)."""
+    r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> rbm.binary_states(2, dtype=jnp.float32).astype(int).tolist()
+      [[0, 0], [1, 0], [0, 1], [1, 1]]
+    """
     n = _validate.count("n", n, 0)
     if n > MAX_ENUMERATE:
         raise ValueError(f"n must be <= {MAX_ENUMERATE} to enumerate 2**n states; got {n}")
@@ -503,6 +598,13 @@ def log_partition(params: Params, *, over: str = "auto") -> Array:
     Raises:
       ValueError: unknown ``over``, or the enumerated layer has more than
         ``MAX_ENUMERATE`` units.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))
+      >>> round(float(rbm.log_partition(params)), 3)  # ln 2^5
+      3.466
     """
     W, b, c = _check_params(params)
     if over not in ("auto", "visible", "hidden"):
@@ -526,6 +628,14 @@ def log_likelihood(params: Params, v, *, log_z=None) -> Array:
 
     Returns:
       ``()`` or ``(N,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.Params(jnp.zeros((3, 2)), jnp.zeros(3), jnp.zeros(2))
+      >>> ll = rbm.log_likelihood(params, jnp.ones((2, 3)))  # uniform: -3 ln 2
+      >>> ll.shape, round(float(ll[0]), 3)
+      ((2,), -2.079)
     """
     W, _, _ = _check_params(params)
     _check_layer(v, W.shape[0], "v", W.dtype, binary=True)
@@ -557,6 +667,14 @@ def grad_log_likelihood(params: Params, v) -> Params:
       params: :class:`Params`.
       v: ``(n_visible,)`` or ``(N, n_visible)`` binary data (float, integer
         or boolean 0/1; other values raise ``ValueError``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> g = rbm.grad_log_likelihood(params, jnp.ones((4, 3)))
+      >>> g.W.shape
+      (3, 2)
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
@@ -576,6 +694,14 @@ def gibbs_transition_matrix(params: Params) -> Array:
 
     Returns:
       ``(2**n_visible, 2**n_visible)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> t = rbm.gibbs_transition_matrix(params)  # 2^3 visible states
+      >>> t.shape, bool(jnp.allclose(t.sum(1), 1.0, atol=1e-5))
+      ((8, 8), True)
     """
     W, b, c = _check_params(params)
     m, n = W.shape
@@ -602,6 +728,14 @@ def grad_cd_expected(params: Params, v, n_gibbs_steps: int) -> Params:
 
     with :math:`T` from :func:`gibbs_transition_matrix`. At :math:`k = 0` it is zero; as :math:`k \to \infty`,
     :math:`p_\text{data} T^k \to q` and it tends to :func:`grad_log_likelihood`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> g = rbm.grad_cd_expected(params, jnp.ones((4, 3)), 1)
+      >>> g.W.shape
+      (3, 2)
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
@@ -667,6 +801,14 @@ def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
 
     Returns:
       :class:`Params`, an estimate of :func:`grad_log_likelihood`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import rbm
+      >>> params = rbm.init_params(3, 2, key=jax.random.key(0), dtype=jnp.float32)
+      >>> g = rbm.grad_cd(params, jnp.ones((4, 3)), 1, key=jax.random.key(1))
+      >>> g.W.shape, g.b.shape
+      ((3, 2), (3,))
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))

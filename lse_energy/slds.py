@@ -158,6 +158,14 @@ def residuals(params: Params, x) -> Array:
 
     Returns:
       ``(T-1, K, d)`` array; row ``t`` (0-based) is the transition ``x[t] -> x[t+1]``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.residuals(params, x).shape  # (T - 1, K, d)
+      (5, 2, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -183,6 +191,14 @@ def sim(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(T-1, K)`` array.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.sim(params, x).shape
+      (5, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -224,6 +240,15 @@ def responsibilities(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(T-1, K)`` array whose rows sum to 1.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> a = slds.responsibilities(params, x)
+      >>> a.shape, bool(jnp.allclose(a.sum(-1), 1.0))
+      ((5, 2), True)
     """
     return core.weights(sim(params, x, normalised=normalised))
 
@@ -262,6 +287,14 @@ def grad_next(params: Params, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(T-1, d)``; row ``t`` is the gradient w.r.t. ``x[t+1]`` from the
       transition ``x[t] -> x[t+1]`` only.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.grad_next(params, x).shape
+      (5, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -286,6 +319,14 @@ def grad_prev(params: Params, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(T-1, d)``; row ``t`` is the gradient w.r.t. ``x[t]`` from the
       transition ``x[t] -> x[t+1]`` only.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.grad_prev(params, x).shape
+      (5, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -310,6 +351,14 @@ def grad_trajectory(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(T, d)`` gradient of :func:`energy` w.r.t. ``x``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.grad_trajectory(params, x).shape
+      (6, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -325,6 +374,14 @@ def grad_A(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(K, d, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.grad_A(params, x).shape
+      (2, 2, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -338,6 +395,14 @@ def grad_b(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(K, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> slds.grad_b(params, x).shape
+      (2, 2)
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])
@@ -351,7 +416,17 @@ def grad_b(params: Params, x, *, normalised: bool = True) -> Array:
 
 
 def covariance_penalty(params: Params, reg_covar: float) -> Array:
-    r"""The term :math:`\tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}` with :math:`\lambda` = ``reg_covar``."""
+    r"""The term :math:`\tfrac{\lambda}{2}\sum_k \mathrm{tr}\,\Sigma_k^{-1}` with :math:`\lambda` = ``reg_covar``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> params = slds.Params(
+      ...     jnp.ones(1), jnp.eye(2)[None], jnp.zeros((1, 2)), jnp.eye(2)[None]
+      ... )
+      >>> round(float(slds.covariance_penalty(params, 0.5)), 3)  # 0.5 / 2 * tr I
+      0.5
+    """
     params = _check_params(params)
     _validate.nonnegative("reg_covar", reg_covar)
     return _penalty(params, reg_covar)
@@ -372,6 +447,16 @@ def objective(params: Params, x, *, reg_covar: float = 0.0) -> Array:
     ``reg_covar`` :math:`=\lambda \ge 0`, is a prior on the precisions that
     keeps every :math:`\Sigma_k \succeq (\lambda / N_k) I` in the M-step; with
     ``reg_covar=0`` the objective is the energy itself.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> params = slds.Params(
+      ...     jnp.ones(1), jnp.eye(2)[None], jnp.zeros((1, 2)), jnp.eye(2)[None]
+      ... )
+      >>> x = jnp.zeros((3, 2))
+      >>> bool(jnp.allclose(slds.objective(params, x), slds.energy(params, x)))
+      True
     """
     _validate.nonnegative("reg_covar", reg_covar)
     x = _check_x(x)
@@ -425,6 +510,15 @@ def m_step(x, resp, *, reg_covar: float = 0.0) -> Params:
 
     Returns:
       :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> new = slds.m_step(x, slds.responsibilities(params, x), reg_covar=1e-3)
+      >>> new.A.shape, new.covariances.shape
+      ((2, 2, 2), (2, 2, 2))
     """
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
@@ -451,6 +545,16 @@ def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
     :func:`m_step`.
 
     The result never has a larger :func:`objective` than ``params``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (8, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> new = slds.em_step(params, x, reg_covar=1e-3)
+      >>> obj = lambda p: slds.objective(p, x, reg_covar=1e-3)
+      >>> bool(obj(new) <= obj(params) + 1e-4)
+      True
     """
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
@@ -493,6 +597,14 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
       n_components: ``K >= 1``.
       key: a ``jax.random`` key (keyword-only).
       reg_covar: see :func:`m_step`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> params.weights.shape, params.A.shape, params.b.shape
+      ((2,), (2, 2, 2), (2, 2))
     """
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
@@ -627,7 +739,17 @@ def fit(
 
 
 def predict(params: Params, x, *, normalised: bool = True) -> Array:
-    r"""Most probable mode of every transition, :math:`\arg\max_k \alpha_{t,k}`; ``(T-1,)`` ints."""
+    r"""Most probable mode of every transition, :math:`\arg\max_k \alpha_{t,k}`; ``(T-1,)`` ints.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
+      >>> params = slds.init_params(x, 2, key=jax.random.key(1))
+      >>> z = slds.predict(params, x)
+      >>> z.shape, bool(jnp.all((z >= 0) & (z < 2)))
+      ((5,), True)
+    """
     return jnp.argmax(responsibilities(params, x, normalised=normalised), axis=1)
 
 
@@ -643,6 +765,16 @@ def sample(params: Params, x0, n_steps: int, *, key):
 
     Returns:
       ``(x, z)``: ``(n_steps + 1, d)`` states and ``(n_steps,)`` modes.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> params = slds.Params(
+      ...     jnp.ones(1), 0.9 * jnp.eye(2)[None], jnp.zeros((1, 2)), jnp.eye(2)[None]
+      ... )
+      >>> out = slds.sample(params, jnp.zeros(2), 5, key=jax.random.key(0))
+      >>> jax.tree.map(jnp.shape, out)
+      ((6, 2), (5,))
     """
     x0 = _validate.array("x0", x0, 1)
     params = _check_params(params, x0.shape[0])
@@ -700,6 +832,16 @@ def smoothness_bound(params: Params, *, adjacent: bool = False) -> Array:
     missing states are adjacent, and :math:`2\lambda_*(1 + a^2)` otherwise.
     Gradient descent with step :math:`1/L` then never increases :math:`E`
     (descent lemma). Holds for either value of ``normalised``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> params = slds.Params(
+      ...     jnp.ones(1), jnp.eye(2)[None], jnp.zeros((1, 2)), jnp.eye(2)[None]
+      ... )
+      >>> L = slds.smoothness_bound(params)
+      >>> L.shape, bool(L > 0)
+      ((), True)
     """
     params = _check_params(params)
     lam = jnp.max(1.0 / jnp.linalg.eigvalsh(params.covariances)[:, 0])
@@ -751,6 +893,16 @@ def impute(params: Params, x, missing, *, n_steps: int = 200, step_size=None, no
     Returns:
       ``(x_filled, energies)``: ``(T, d)`` and ``(n_steps + 1,)`` energies
       before and after every step.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slds
+      >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (8, 2)), axis=0)
+      >>> params = slds.init_params(x, 1, key=jax.random.key(1))
+      >>> missing = jnp.zeros(8, bool).at[3].set(True)
+      >>> out = slds.impute(params, x, missing, n_steps=5)
+      >>> jax.tree.map(jnp.shape, out)
+      ((8, 2), (6,))
     """
     x = _check_x(x)
     params = _check_params(params, x.shape[1])

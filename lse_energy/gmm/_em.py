@@ -161,6 +161,15 @@ def em_step(params: Params, x, *, reg_covar: float = 0.0) -> Params:
 
     Returns:
       The updated :class:`Params`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> params = gmm.init_params(x, 2, key=jax.random.key(1))
+      >>> new = gmm.em_step(params, x)
+      >>> new.means.shape, bool(gmm.energy(new, x) <= gmm.energy(params, x))
+      ((2, 2), True)
     """
     params = check_params(params)
     x = check_x(x, params.means.shape[1])
@@ -418,6 +427,15 @@ def sufficient_statistics(params: Params, x, shift, valid=None):
     ``valid`` (``(N,)`` of 0/1) masks padding rows. Sums over row blocks add, so a
     sharded pass is the ``psum`` of per-device passes (:mod:`lse_energy.sharding`).
     A kernel: it does not validate, for use inside ``jit``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> params = gmm.init_params(x, 2, key=jax.random.key(1))
+      >>> loglik, R = gmm.sufficient_statistics(params, x, x.mean(0))
+      >>> loglik.shape, R.shape  # R: [1, x, packed x x^T] per component
+      ((), (2, 6))
     """
     return _suff_stats(_sim_coefficients(params, shift), x, shift, valid)
 
@@ -426,6 +444,21 @@ def m_step(R, n, shift, reg_covar) -> Params:
     """The closed-form M-step (:func:`em_step`) from :func:`sufficient_statistics` ``R`` of ``n`` rows.
 
     A kernel: it does not validate, for use inside ``jit``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> params = gmm.init_params(x, 2, key=jax.random.key(1))
+      >>> shift = x.mean(0)
+      >>> _, R = gmm.sufficient_statistics(params, x, shift)
+      >>> new = gmm.m_step(R, 10, shift, 1e-6)
+      >>> bool(
+      ...     jnp.allclose(
+      ...         new.means, gmm.em_step(params, x, reg_covar=1e-6).means, atol=1e-5
+      ...     )
+      ... )
+      True
     """
     return _m_step(R, n, shift, reg_covar)
 
@@ -595,6 +628,17 @@ def em(
 
     Returns:
       :class:`~lse_energy.core.FitResult` as :func:`fit`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> params = gmm.init_params(x, 2, key=jax.random.key(1))
+      >>> shift = x.mean(0)
+      >>> stats = gmm.sufficient_statistics
+      >>> res = gmm.em(params, stats, (x, shift), n=10, shift=shift, max_iter=3)
+      >>> res.params.means.shape, res.n_iter <= 3
+      ((2, 2), True)
     """
     params = check_params(params)
     max_iter, tol = _check_fit_args(max_iter, tol)
@@ -652,6 +696,19 @@ def streamed_fit(
     result equals the in-memory fit up to the order of the floating point sums.
     With ``n_init > 1`` the restarts run one after the other (each a full
     streamed fit) and the lowest final energy is kept.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> from lse_energy import _rows
+      >>> x = jax.random.normal(jax.random.key(0), (20, 2))
+      >>> stats = lambda p, x, valid, shift: gmm.sufficient_statistics(
+      ...     p, x, shift, valid
+      ... )
+      >>> stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows=8), stats)
+      >>> res = gmm.streamed_fit(stream, 2, key=jax.random.key(1), max_iter=3)
+      >>> res.params.means.shape, res.n_iter <= 3
+      ((2, 2), True)
     """
     max_iter, tol = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)

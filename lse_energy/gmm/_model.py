@@ -56,6 +56,12 @@ def check_x(x, d: int | None = None) -> Array:
     """``x`` as a non-empty ``(N, d)`` floating, finite array (``d``, when given, that of the means).
 
     An integer or boolean ``x`` raises ``ValueError`` (cast it explicitly).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> gmm.check_x(jnp.zeros((5, 2)), d=2).shape
+      (5, 2)
     """
     x = _validate.points("x", x)
     if d is not None and x.shape[1] != d:
@@ -69,6 +75,13 @@ def check_params(params) -> Params:
     Checks shapes ``(K,)``, ``(K, d)``, ``(K, d, d)`` and, when concrete, that
     every entry is finite, the weights are positive and sum to one, and every
     covariance is symmetric positive definite.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None])
+      >>> gmm.check_params(params).means.shape
+      (1, 2)
     """
     if not isinstance(params, tuple) or len(params) != 3:
         raise ValueError("params must be gmm.Params(weights, means, covariances)")
@@ -220,6 +233,13 @@ def seed_energy(params: Params, x) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(jnp.ones(1), jnp.zeros((1, 2)), jnp.eye(2)[None])
+      >>> round(float(gmm.seed_energy(params, jnp.ones((1, 2)))), 3)
+      1.0
     """
     return core.energy(sim(params, x, normalised=False))
 
@@ -233,6 +253,16 @@ def responsibilities(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(N, K)`` array with rows summing to one.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)
+      ... )
+      >>> r = gmm.responsibilities(params, jnp.ones((4, 2)))  # two equal components
+      >>> r.shape, bool(jnp.allclose(r, 0.5))
+      ((4, 2), True)
     """
     return core.weights(sim(params, x, normalised=normalised))
 
@@ -282,6 +312,17 @@ def free_energy(params: Params, x, resp) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)
+      ... )
+      >>> x = jnp.ones((4, 2))
+      >>> f = gmm.free_energy(params, x, gmm.responsibilities(params, x))
+      >>> bool(jnp.allclose(f, gmm.energy(params, x)))  # tight at the posterior
+      True
     """
     s = sim(params, x, normalised=True)
     resp = _float("resp", resp)
@@ -323,6 +364,15 @@ def grad_means(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(K, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)
+      ... )
+      >>> gmm.grad_means(params, jnp.ones((4, 2))).shape
+      (2, 2)
     """
     r, u = _weights_and_whitened(params, x, normalised)
     return -jnp.einsum("ik,kid->kd", r, u)
@@ -341,6 +391,15 @@ def grad_x(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(N, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)
+      ... )
+      >>> gmm.grad_x(params, jnp.ones((4, 2))).shape
+      (4, 2)
     """
     r, u = _weights_and_whitened(params, x, normalised)
     return jnp.einsum("ik,kid->id", r, u)
@@ -363,6 +422,16 @@ def grad_covariances(params: Params, x, *, normalised: bool = True) -> Array:
     Returns:
       ``(K, d, d)``, symmetric; equal to ``jax.grad`` through the
       (symmetrising) Cholesky factorisation.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)
+      ... )
+      >>> g = gmm.grad_covariances(params, jnp.ones((4, 2)))
+      >>> g.shape, bool(jnp.allclose(g, jnp.swapaxes(g, 1, 2)))
+      ((2, 2, 2), True)
     """
     params = check_params(params)
     x = check_x(x, params.means.shape[1])
@@ -393,6 +462,15 @@ def grad_weights(params: Params, x, *, normalised: bool = True) -> Array:
 
     Returns:
       ``(K,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gmm
+      >>> params = gmm.Params(
+      ...     jnp.full(2, 0.5), jnp.zeros((2, 2)), jnp.stack([jnp.eye(2)] * 2)
+      ... )
+      >>> gmm.grad_weights(params, jnp.ones((4, 2))).shape
+      (2,)
     """
     params = check_params(params)
     x = check_x(x, params.means.shape[1])
