@@ -194,6 +194,14 @@ def predictions(params: Params, x, *, activation: str = "tanh") -> Array:
     Returns:
       ``(..., N, N)``; entry ``[..., i, j]`` is synapse :math:`j \to i`'s
       prediction of :math:`x_i` (meaningful only where there is a synapse).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> anpc.predictions(params, jnp.array([1.0, 2.0])).shape  # (N, N)
+      (2, 2)
     """
     params, x, _, activation = _setup(params, x, None, activation)
     return _predictions(params, x, activation)
@@ -207,6 +215,15 @@ def errors(params: Params, x, *, activation: str = "tanh") -> Array:
 
     Returns:
       ``(..., N, N)``, zero where there is no synapse.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> e = anpc.errors(params, jnp.array([1.0, 2.0]), activation="linear")
+      >>> float(e[0, 1]), float(e[1, 0])  # 1 - 2, 2 - 1
+      (-1.0, 1.0)
     """
     params, x, _, activation = _setup(params, x, None, activation)
     return _errors(params, x, activation)
@@ -267,6 +284,17 @@ def attention(params: Params, x, precisions=None, *, activation: str = "tanh") -
     Returns:
       ``(..., N, N)``; each row with at least one synapse sums to 1, rows of
       neurons without incoming synapses are 0, as are non-synapses.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array(
+      ...     [[False, True, True], [True, False, True], [True, True, False]]
+      ... )
+      >>> params = anpc.Params(jnp.zeros((3, 3)), jnp.zeros((3, 3)), adjacency)
+      >>> a = anpc.attention(params, jnp.zeros(3))  # two equal inputs per neuron
+      >>> a.shape, bool(jnp.allclose(a.sum(1), 1.0))
+      ((3, 3), True)
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return _attention(params, x, k, activation)
@@ -285,6 +313,16 @@ def effective_precisions(params: Params, x, precisions=None, *, activation: str 
 
     Returns:
       ``(..., N, N)``, zero where there is no synapse.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array(
+      ...     [[False, True, True], [True, False, True], [True, True, False]]
+      ... )
+      >>> params = anpc.Params(jnp.zeros((3, 3)), jnp.zeros((3, 3)), adjacency)
+      >>> anpc.effective_precisions(params, jnp.zeros(3)).shape
+      (3, 3)
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return k * _attention(params, x, k, activation)
@@ -367,6 +405,15 @@ def standard_energy(params: Params, x, precisions=None, *, activation: str = "ta
 
     Returns:
       Scalar :math:`\ge 0`, summed over the leading batch axes.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> x = jnp.array([1.0, 2.0])
+      >>> float(anpc.standard_energy(params, x, activation="linear"))  # (1 + 1) / 2
+      1.0
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return _standard_energy(params, x, k, activation)
@@ -421,6 +468,14 @@ def grad_x(params: Params, x, precisions=None, *, activation: str = "tanh") -> A
     Returns:
       ``(..., N)`` (the gradient for every neuron, also those a driver keeps
       clamped).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> anpc.grad_x(params, jnp.array([1.0, 2.0])).shape
+      (2,)
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return _grad_x(params, x, k, activation)
@@ -442,6 +497,14 @@ def grad_x_standard(params: Params, x, precisions=None, *, activation: str = "ta
 
     Returns:
       ``(..., N)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> anpc.grad_x_standard(params, jnp.array([1.0, 2.0])).shape
+      (2,)
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     return _standard_grad_x(params, x, k, activation)
@@ -465,6 +528,15 @@ def grad_params(params: Params, x, precisions=None, *, activation: str = "tanh",
       :class:`Params` holding :math:`\partial F/\partial w` and
       :math:`\partial F/\partial b` (``adjacency`` is passed through
       unchanged: it is structure, not a parameter).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> g = anpc.grad_params(params, jnp.array([1.0, 2.0]))
+      >>> g.weights.shape, g.biases.shape
+      ((2, 2), (2, 2))
     """
     params, x, k, activation = _setup(params, x, precisions, activation)
     e = _errors(params, x, activation)
@@ -549,6 +621,15 @@ def lipschitz(
     Returns:
       Scalar :math:`L \ge 0` (0 when nothing is free or no free neuron
       touches a synapse).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> clamp = jnp.array([True, False])
+      >>> bool(anpc.lipschitz(params, clamp=clamp, activation="linear") > 0)
+      True
     """
     params = _check_params(params)
     N = params.weights.shape[0]
@@ -636,6 +717,18 @@ def infer(
 
     Returns:
       :class:`Inference`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import anpc
+      >>> adjacency = jnp.array([[False, True], [True, False]])
+      >>> params = anpc.Params(jnp.ones((2, 2)), jnp.zeros((2, 2)), adjacency)
+      >>> clamp = jnp.array([True, False])
+      >>> res = anpc.infer(
+      ...     params, jnp.array([1.0, 0.0]), clamp=clamp, n_steps=5, step_size=0.1
+      ... )
+      >>> jax.tree.map(jnp.shape, res)
+      Inference(x=(2,), energy=(6,), max_abs=(6,))
     """
     params, x0, k, activation = _setup(params, x0, precisions, activation, "x0")
     free = ~_check_clamp_mask(clamp, params.weights.shape[0])

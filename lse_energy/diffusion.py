@@ -148,6 +148,13 @@ def make_schedule(betas) -> Schedule:
 
     Raises:
       ValueError: wrong shape or dtype, non-finite or out-of-range entries.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.make_schedule(jnp.full(4, 0.5))
+      >>> s.betas.shape, round(float(s.alpha_bars[-1]), 4)  # 0.5^4
+      ((4,), 0.0625)
     """
     betas = jnp.asarray(betas)
     if betas.ndim != 1 or betas.shape[0] == 0:
@@ -171,6 +178,13 @@ def linear_schedule(n_steps: int = 1000, beta_start: float = 1e-4, beta_end: flo
 
     Raises:
       ValueError: ``n_steps < 1`` or betas outside :math:`(0, 1)`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> s.betas.shape, bool(jnp.all(jnp.diff(s.alpha_bars) < 0))
+      ((10,), True)
     """
     n_steps = _validate.count("n_steps", n_steps, 1)
     for name, v in (("beta_start", beta_start), ("beta_end", beta_end)):
@@ -201,6 +215,14 @@ def forward_marginal(schedule, x0, t):
 
     Returns:
       ``(mean, var)``: ``(B, d)`` and ``(B,)`` (the isotropic variance).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> mean, var = diffusion.forward_marginal(s, jnp.ones((3, 2)), 5)
+      >>> mean.shape, bool(jnp.allclose(var, 1 - s.alpha_bars[4]))
+      ((3, 2), True)
     """
     schedule = _check_schedule(schedule)
     x0 = _validate.points("x0", x0)
@@ -221,6 +243,14 @@ def q_sample(schedule, x0, t, *, key):
 
     Returns:
       ``(x_t, eps)``, both ``(B, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> xt, eps = diffusion.q_sample(s, jnp.ones((3, 2)), 5, key=jax.random.key(0))
+      >>> xt.shape, eps.shape
+      ((3, 2), (3, 2))
     """
     mean, var = forward_marginal(schedule, x0, t)
     eps = core.random_normal(key, mean.shape, mean.dtype)
@@ -239,6 +269,13 @@ def q_step(schedule, x_prev, t, *, key):
 
     Returns:
       ``(B, d)`` :math:`x_t`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> diffusion.q_step(s, jnp.ones((3, 2)), 1, key=jax.random.key(0)).shape
+      (3, 2)
     """
     schedule = _check_schedule(schedule)
     x_prev = _validate.points("x_prev", x_prev)
@@ -262,6 +299,14 @@ def q_posterior(schedule, x0, xt, t):
 
     Returns:
       ``(mean, var)``: ``(B, d)`` and ``(B,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> mean, var = diffusion.q_posterior(s, jnp.ones((3, 2)), jnp.zeros((3, 2)), 5)
+      >>> mean.shape, bool(jnp.all(var > 0))
+      ((3, 2), True)
     """
     schedule, x0, xt, t = _check_pair(schedule, "x0", x0, "xt", xt, t)
     ab, ab_prev = _abar(schedule, t), _abar(schedule, t - 1)
@@ -300,6 +345,13 @@ def reverse_mean(schedule, xt, t, eps):
 
     Returns:
       ``(B, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> diffusion.reverse_mean(s, jnp.zeros((3, 2)), 5, jnp.zeros((3, 2))).shape
+      (3, 2)
     """
     schedule, xt, eps, t = _check_pair(schedule, "xt", xt, "eps", eps, t)
     return _reverse_mean(schedule, xt, t, eps)
@@ -324,6 +376,14 @@ def sigmas(schedule, kind: str = "beta") -> Array:
 
     Returns:
       ``(T,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> sig = diffusion.sigmas(s)  # sigma_t^2 = beta_t
+      >>> sig.shape, bool(jnp.allclose(sig**2, s.betas))
+      ((10,), True)
     """
     schedule = _check_schedule(schedule)
     if kind not in _SIGMA_KINDS:
@@ -350,6 +410,12 @@ def kl_weight(schedule, t, sigma2):
 
     Returns:
       array of the broadcast shape of ``t`` and ``sigma2``.
+
+    Examples:
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> bool(diffusion.kl_weight(s, 5, s.betas[4]) > 0)
+      True
     """
     schedule = _check_schedule(schedule)
     t = jnp.asarray(t)
@@ -409,6 +475,15 @@ def denoising_loss(eps_fn: Callable, params, schedule, x0, t, eps) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> eps_fn = lambda p, sched, x, t: jnp.zeros_like(x)  # predicts no noise
+      >>> x0, eps = jnp.ones((3, 2)), jnp.ones((3, 2))
+      >>> float(diffusion.denoising_loss(eps_fn, None, s, x0, 5, eps))  # mean |eps|^2
+      2.0
     """
     schedule, x0 = _check_loss(eps_fn, schedule, x0)
     eps = _validate.points("eps", eps, x0.shape[1])
@@ -430,6 +505,17 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> eps_fn = lambda p, sched, x, t: jnp.zeros_like(x)
+      >>> loss = diffusion.simplified_loss(
+      ...     eps_fn, None, s, jnp.ones((4, 2)), key=jax.random.key(0)
+      ... )
+      >>> loss.shape, bool(loss > 0)
+      ((), True)
     """
     schedule, x0 = _check_loss(eps_fn, schedule, x0)
     kt, ke = jax.random.split(key)
@@ -518,6 +604,14 @@ def ideal_log_density(data, schedule, x, t) -> Array:
 
     Returns:
       ``(B,)``: :math:`\mathrm{LSE}_i\,\mathrm{sim} - \ln N - \frac d2\ln(2\pi(1-\bar\alpha_t))`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> data, x = jnp.zeros((2, 2)), jnp.zeros((3, 2))
+      >>> diffusion.ideal_log_density(data, s, x, 5).shape
+      (3,)
     """
     data, schedule, x, t = _check_ideal(data, schedule, x, t)
     ab = _abar(schedule, t)
@@ -547,6 +641,15 @@ def ideal_score(data, schedule, x, t) -> Array:
 
     Returns:
       ``(B, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> data, x = jnp.zeros((2, 2)), jnp.zeros((3, 2))
+      >>> score = diffusion.ideal_score(data, s, x, 5)  # x at the data's mode
+      >>> score.shape, bool(jnp.allclose(score, 0.0))
+      ((3, 2), True)
     """
     data, schedule, x, t = _check_ideal(data, schedule, x, t)
     ab = _abar(schedule, t)[:, None]
@@ -561,6 +664,15 @@ def ideal_denoiser(data, schedule, x, t) -> Array:
 
     Returns:
       ``(B, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> data = jnp.array([[1.0, 0.0], [1.0, 0.0]])
+      >>> x0 = diffusion.ideal_denoiser(data, s, jnp.zeros((3, 2)), 5)
+      >>> bool(jnp.allclose(x0, data[0]))  # one distinct point: it is the mean
+      True
     """
     data, schedule, x, t = _check_ideal(data, schedule, x, t)
     return _ideal_denoiser(data, schedule, x, t)
@@ -578,6 +690,14 @@ def ideal_epsilon(data, schedule, x, t) -> Array:
 
     Returns:
       ``(B, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> data, x = jnp.zeros((2, 2)), jnp.ones((3, 2))
+      >>> diffusion.ideal_epsilon(data, s, x, 5).shape
+      (3, 2)
     """
     data, schedule, x, t = _check_ideal(data, schedule, x, t)
     ab = _abar(schedule, t)[:, None]
@@ -599,6 +719,12 @@ def effective_beta(schedule, t) -> Array:
 
     Returns:
       array of the shape of ``t``.
+
+    Examples:
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(10, 1e-3, 0.2)
+      >>> bool(diffusion.effective_beta(s, 1) > diffusion.effective_beta(s, 10))
+      True
     """
     schedule = _check_schedule(schedule)
     t = jnp.asarray(t)
@@ -668,6 +794,14 @@ def sample(
 
     Returns:
       ``(n_samples, dim)`` samples :math:`x_0`, or ``(x_0, path)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(5, 1e-3, 0.2)
+      >>> eps_fn = lambda p, sched, x, t: jnp.zeros_like(x)
+      >>> diffusion.sample(eps_fn, None, s, 3, 2, key=jax.random.key(0)).shape
+      (3, 2)
     """
     schedule = _check_schedule(schedule)
     if not callable(eps_fn):
@@ -703,6 +837,14 @@ def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta", re
 
     Returns:
       ``(n_samples, d)`` samples (and the path if asked).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import diffusion
+      >>> s = diffusion.linear_schedule(5, 1e-3, 0.2)
+      >>> data = jnp.array([[1.0, 0.0], [-1.0, 0.0]])
+      >>> diffusion.ideal_sample(data, s, 3, key=jax.random.key(0)).shape
+      (3, 2)
     """
     data = _validate.points("data", data)
     return sample(

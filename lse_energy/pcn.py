@@ -218,6 +218,13 @@ def forward(params: Params, x) -> tuple:
 
     Returns:
       tuple of ``L`` arrays ``(..., n_l)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> [x.shape for x in pcn.forward(params, jnp.ones((4, 2)))]
+      [(4, 2), (4, 3), (4, 2)]
     """
     params = _check_params(params)
     n1 = _sizes(params)[0]
@@ -240,6 +247,14 @@ def predictions(params: Params, xs) -> tuple:
 
     Returns:
       tuple of ``L - 1`` arrays; entry ``l-1`` is :math:`\mu^{l+1}`, ``(..., n_{l+1})``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> xs = pcn.forward(params, jnp.ones((4, 2)))
+      >>> [m.shape for m in pcn.predictions(params, xs)]
+      [(4, 3), (4, 2)]
     """
     params = _check_params(params)
     xs = _check_values(xs, _sizes(params))
@@ -273,6 +288,14 @@ def errors(params: Params, xs, precisions=None) -> tuple:
 
     Returns:
       tuple of ``L`` arrays ``(..., n_l)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> xs = pcn.forward(params, jnp.ones((4, 2)))  # meets every prediction
+      >>> [bool(jnp.allclose(e, 0.0, atol=1e-6)) for e in pcn.errors(params, xs)]
+      [True, True, True]
     """
     params, xs, prec = _setup(params, xs, precisions)
     return _errors(params, xs, prec)
@@ -410,6 +433,14 @@ def grad_x(params: Params, xs, precisions=None) -> tuple:
     Returns:
       tuple of ``L`` arrays ``(..., n_l)`` (the gradient also for nodes that
       a driver keeps clamped).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> xs = pcn.forward(params, jnp.ones((4, 2)))
+      >>> [g.shape for g in pcn.grad_x(params, xs)]
+      [(4, 2), (4, 3), (4, 2)]
     """
     params, xs, prec = _setup(params, xs, precisions)
     return _grad_x(params, xs, prec)
@@ -444,6 +475,15 @@ def grad_params(params: Params, xs, precisions=None) -> Params:
     Returns:
       :class:`Params` holding :math:`\partial F/\partial W^l`,
       :math:`\partial F/\partial b^l`, :math:`\partial F/\partial m`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> xs = pcn.forward(params, jnp.ones((4, 2)))
+      >>> g = pcn.grad_params(params, xs)
+      >>> [w.shape for w in g.weights]
+      [(3, 2), (2, 3)]
     """
     params, xs, prec = _setup(params, xs, precisions)
     return _grad_params(params, xs, prec)
@@ -530,6 +570,16 @@ def infer(params: Params, xs0, precisions=None, *, clamp, n_steps: int, step_siz
 
     Returns:
       :class:`Inference`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> xs0 = (jnp.ones((4, 2)), jnp.zeros((4, 3)), jnp.ones((4, 2)))
+      >>> clamp = (True, False, True)
+      >>> res = pcn.infer(params, xs0, clamp=clamp, n_steps=3)
+      >>> [x.shape for x in res.xs], bool(res.energy[-1] <= res.energy[0])
+      ([(4, 2), (4, 3), (4, 2)], True)
     """
     params = _check_params(params)
     xs0 = _check_values(xs0, _sizes(params), name="xs0")
@@ -716,6 +766,14 @@ def classify(params: Params, x, precisions=None, *, n_steps: int, step_size: flo
     Returns:
       ``(labels, result)``: ``(N,)`` integer argmax of the top layer and the
       :class:`Inference`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> out = pcn.classify(params, jnp.ones((4, 2)), n_steps=3)
+      >>> jax.tree.map(jnp.shape, out)
+      ((4,), Inference(xs=((4, 2), (4, 3), (4, 2)), energy=(4,)))
     """
     params = _check_params(params)
     sizes = _sizes(params)
@@ -749,6 +807,14 @@ def generate(params: Params, y, precisions=None, *, n_steps: int, step_size: flo
 
     Returns:
       :class:`Inference`; ``result.xs[0]`` is the generated bottom layer.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import pcn
+      >>> params = pcn.init_params((2, 3, 2), key=jax.random.key(0))
+      >>> res = pcn.generate(params, jnp.eye(2), n_steps=3)
+      >>> [x.shape for x in res.xs]
+      [(2, 2), (2, 3), (2, 2)]
     """
     params = _check_params(params)
     sizes = _sizes(params)

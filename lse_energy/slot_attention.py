@@ -145,6 +145,14 @@ def sim(params: Params, x, mu) -> Array:
 
     Returns:
       ``(N, S)`` matrix.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> x, mu = jnp.ones((5, 3)), jnp.ones((3, 2))  # 5 tokens, 3 slots
+      >>> slot_attention.sim(p, x, mu).shape
+      (5, 3)
     """
     params, x, mu = _check(params, x, mu)
     return _sim(params, x, mu)
@@ -158,6 +166,14 @@ def attention(params: Params, x, mu) -> Array:
 
     Returns:
       ``(N, S)`` array whose rows sum to 1.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.zeros((2, 2)))
+      >>> a = slot_attention.attention(p, jnp.ones((5, 3)), jnp.ones((3, 2)))
+      >>> a.shape, bool(jnp.allclose(a, 1 / 3))
+      ((5, 3), True)
     """
     params, x, mu = _check(params, x, mu)
     return core.weights(_sim(params, x, mu))
@@ -204,6 +220,14 @@ def regularised_energy(params: Params, x, mu, lam: float = 1.0) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.zeros((2, 2)))
+      >>> x, mu = jnp.ones((5, 3)), jnp.zeros((3, 2))
+      >>> round(float(slot_attention.regularised_energy(p, x, mu)), 3)  # -5 ln 3
+      -5.493
     """
     params, x, mu = _check(params, x, mu)
     _validate.nonnegative("lam", lam)
@@ -224,6 +248,13 @@ def grad_x(params: Params, x, mu) -> Array:
 
     Returns:
       ``(N, d_x)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> slot_attention.grad_x(p, jnp.ones((5, 3)), jnp.ones((3, 2))).shape
+      (5, 3)
     """
     params, x, mu = _check(params, x, mu)
     a = core.weights(_sim(params, x, mu))
@@ -240,6 +271,13 @@ def grad_mu(params: Params, x, mu) -> Array:
 
     Returns:
       ``(S, d_mu)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> slot_attention.grad_mu(p, jnp.ones((5, 3)), jnp.ones((3, 2))).shape
+      (3, 2)
     """
     params, x, mu = _check(params, x, mu)
     a = core.weights(_sim(params, x, mu))
@@ -254,6 +292,13 @@ def grad_w_k(params: Params, x, mu) -> Array:
 
     Returns:
       ``(h, d_x)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> slot_attention.grad_w_k(p, jnp.ones((5, 3)), jnp.ones((3, 2))).shape
+      (2, 3)
     """
     params, x, mu = _check(params, x, mu)
     a = core.weights(_sim(params, x, mu))
@@ -268,6 +313,13 @@ def grad_w_q(params: Params, x, mu) -> Array:
 
     Returns:
       ``(h, d_mu)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> slot_attention.grad_w_q(p, jnp.ones((5, 3)), jnp.ones((3, 2))).shape
+      (2, 2)
     """
     params, x, mu = _check(params, x, mu)
     a = core.weights(_sim(params, x, mu))
@@ -280,6 +332,15 @@ def grad_mu_regularised(params: Params, x, mu, lam: float = 1.0) -> Array:
 
     Returns:
       ``(S, d_mu)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.zeros((2, 2)))
+      >>> mu = jnp.ones((3, 2))
+      >>> g = slot_attention.grad_mu_regularised(p, jnp.ones((5, 3)), mu, lam=2.0)
+      >>> bool(jnp.allclose(g, 2.0 * mu))  # W_Q = 0: only the node term
+      True
     """
     _validate.nonnegative("lam", lam)
     return lam * jnp.asarray(mu) + grad_mu(params, x, mu)
@@ -310,6 +371,14 @@ def gradient_step(params: Params, x, mu, *, step: float, lam: float = 0.0) -> Ar
 
     Returns:
       ``(S, d_mu)`` updated slots.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> mu = jnp.ones((3, 2))
+      >>> slot_attention.gradient_step(p, jnp.ones((5, 3)), mu, step=0.1).shape
+      (3, 2)
     """
     params, x, mu = _check(params, x, mu)
     _validate.positive("step", step)
@@ -331,6 +400,13 @@ def cccp_step(params: Params, x, mu, lam: float = 1.0) -> Array:
 
     Returns:
       ``(S, d_mu)`` updated slots.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> slot_attention.cccp_step(p, jnp.ones((5, 3)), jnp.ones((3, 2))).shape
+      (3, 2)
     """
     params, x, mu = _check(params, x, mu)
     _validate.positive("lam", lam)
@@ -364,6 +440,16 @@ def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp", lam: fl
     Returns:
       ``(mu, trace)``: final ``(S, d_mu)`` slots and the ``(n_steps + 1,)`` values of
       :math:`F_\lambda` (:func:`regularised_energy`; eq. 12 when ``lam=0``) along the run.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+      >>> p = slot_attention.Params(jax.random.normal(k0, (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(k1, (6, 4)), jax.random.normal(k2, (2, 2))
+      >>> out = slot_attention.e_step(p, x, mu, n_steps=3)
+      >>> jax.tree.map(jnp.shape, out)
+      ((2, 2), (4,))
     """
     params, x, mu = _check(params, x, mu)
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
@@ -408,6 +494,15 @@ def surrogate(params: Params, x, mu, a) -> Array:
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> p = slot_attention.Params(jnp.ones((2, 3)), jnp.ones((2, 2)))
+      >>> x, mu = jnp.ones((5, 3)), jnp.ones((3, 2))
+      >>> a = slot_attention.attention(p, x, mu)
+      >>> slot_attention.surrogate(p, x, mu, a).shape
+      ()
     """
     params, x, mu, a = _check(params, x, mu, a)
     return _surrogate(params, x, mu, a)
@@ -437,6 +532,16 @@ def m_step_w_q(params: Params, x, mu, a) -> Array:
 
     Returns:
       ``(h, d_mu)`` new :math:`W_Q`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+      >>> p = slot_attention.Params(jax.random.normal(k0, (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(k1, (6, 4)), jax.random.normal(k2, (2, 2))
+      >>> a = slot_attention.attention(p, x, mu)
+      >>> slot_attention.m_step_w_q(p, x, mu, a).shape
+      (3, 2)
     """
     params, x, mu, a = _check(params, x, mu, a)
     return _m_w_q(params, x, mu, a)
@@ -452,6 +557,16 @@ def m_step_w_k(params: Params, x, mu, a) -> Array:
 
     Returns:
       ``(h, d_x)`` new :math:`W_K`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+      >>> p = slot_attention.Params(jax.random.normal(k0, (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(k1, (6, 4)), jax.random.normal(k2, (2, 2))
+      >>> a = slot_attention.attention(p, x, mu)
+      >>> slot_attention.m_step_w_k(p, x, mu, a).shape
+      (3, 4)
     """
     params, x, mu, a = _check(params, x, mu, a)
     return _m_w_k(params, x, mu, a)
@@ -483,6 +598,16 @@ def procrustes_w_q(params: Params, x, mu, a, *, prox: float = 0.0) -> Array:
 
     Returns:
       ``(h, d_mu)`` with orthonormal columns (needs ``h >= d_mu``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+      >>> p = slot_attention.Params(jax.random.normal(k0, (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(k1, (6, 4)), jax.random.normal(k2, (2, 2))
+      >>> wq = slot_attention.procrustes_w_q(p, x, mu, slot_attention.attention(p, x, mu))
+      >>> wq.shape, bool(jnp.allclose(wq.T @ wq, jnp.eye(2), atol=1e-5))
+      ((3, 2), True)
     """
     params, x, mu, a = _check(params, x, mu, a)
     if params.w_q.shape[0] < params.w_q.shape[1]:
@@ -533,6 +658,17 @@ def unconstrained_m_steps(params: Params, x, mu, a, *, n_steps: int):
 
     Returns:
       ``(params, MStepTrace)``: final maps and ``(n_steps + 1,)`` traces.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> k0, k1, k2 = jax.random.split(jax.random.key(0), 3)
+      >>> p = slot_attention.Params(jax.random.normal(k0, (3, 4)), jnp.eye(3)[:, :2])
+      >>> x, mu = jax.random.normal(k1, (6, 4)), jax.random.normal(k2, (2, 2))
+      >>> a = slot_attention.attention(p, x, mu)
+      >>> p2, trace = slot_attention.unconstrained_m_steps(p, x, mu, a, n_steps=2)
+      >>> p2.w_q.shape, trace.energy.shape
+      ((3, 2), (3,))
     """
     params, x, mu, a = _check(params, x, mu, a)
     if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
@@ -700,6 +836,16 @@ def fourier_features(points, *, n_features: int, lengthscale: float, key) -> Arr
 
     Returns:
       ``(N, D)`` tokens.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> pts = jnp.zeros((5, 2))
+      >>> f = slot_attention.fourier_features(
+      ...     pts, n_features=8, lengthscale=0.5, key=jax.random.key(0)
+      ... )
+      >>> f.shape
+      (5, 8)
     """
     points = _validate.array("points", points, 2)
     if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
@@ -743,6 +889,17 @@ def init_slots(x, n_slots: int, *, key) -> Array:
 
     Returns:
       ``(S, d)`` initial slots.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> x = jnp.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0]])
+      >>> mu = slot_attention.init_slots(x, 2, key=jax.random.key(0))
+      >>> (
+      ...     mu.shape,
+      ...     bool(jnp.any(jnp.all(mu == x[2], axis=1))),
+      ... )  # the far token is a slot
+      ((2, 2), True)
     """
     x = _validate.array("x", x, 2)
     if isinstance(n_slots, bool) or not isinstance(n_slots, (int, np.integer)) or not 1 <= n_slots <= x.shape[0]:
@@ -763,6 +920,13 @@ def blob_scene(
     Returns:
       ``(points, labels, centres)``: ``(n_blobs * n_per_blob, 2)``, ``(n_blobs *
       n_per_blob,)`` integer labels, ``(n_blobs, 2)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import slot_attention
+      >>> scene = slot_attention.blob_scene(3, key=jax.random.key(0), n_per_blob=5)
+      >>> jax.tree.map(jnp.shape, scene)
+      ((15, 2), (15,), (3, 2))
     """
     if isinstance(n_blobs, bool) or not isinstance(n_blobs, (int, np.integer)) or n_blobs < 1:
         raise ValueError(f"n_blobs must be a positive integer; got {n_blobs!r}")
