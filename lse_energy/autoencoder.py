@@ -169,6 +169,13 @@ def encode(params: Params, x, activation: str = "linear") -> Array:
 
     Returns:
       the ``(N, k)`` codes.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> autoencoder.encode(params, jnp.ones((5, 4))).shape
+      (5, 2)
     """
     params = _check_params(params)
     x = _check_x(params, x)
@@ -184,6 +191,13 @@ def decode(params: Params, h) -> Array:
 
     Returns:
       the ``(N, d)`` reconstructions.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> autoencoder.decode(params, jnp.ones((5, 2))).shape
+      (5, 4)
     """
     params = _check_params(params)
     h = _validate.points("h", h, params.W.shape[0], ref="params.W's rows")
@@ -244,6 +258,14 @@ def loss(params: Params, x, activation: str = "linear") -> Array:
 
     Returns:
       the scalar loss.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> loss = autoencoder.loss(params, jnp.ones((5, 4)))
+      >>> loss.shape, bool(loss >= 0)
+      ((), True)
     """
     params = _check_params(params)
     x = _check_x(params, x)
@@ -291,6 +313,14 @@ def grad_loss_paths(params: Params, x, activation: str = "linear") -> GradPaths:
 
     Returns:
       a :class:`GradPaths`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> paths = autoencoder.grad_loss_paths(params, jnp.ones((5, 4)))
+      >>> jax.tree.map(jnp.shape, paths)
+      GradPaths(encoder=(2, 4), decoder=(2, 4))
     """
     params = _check_params(params)
     x = _check_x(params, x)
@@ -319,6 +349,14 @@ def grad_loss(params: Params, x, activation: str = "linear") -> Params:
 
     Returns:
       a :class:`Params` of gradients.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> params = autoencoder.init_params(4, 2, key=jax.random.key(0))
+      >>> g = autoencoder.grad_loss(params, jnp.ones((5, 4)))
+      >>> jax.tree.map(jnp.shape, g)
+      Params(W=(2, 4), b=(2,), c=(4,))
     """
     params = _check_params(params)
     x = _check_x(params, x)
@@ -348,6 +386,13 @@ def linear_loss(W, cov) -> Array:
 
     Returns:
       the scalar loss.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> W = jnp.eye(3)[:2]  # keeps two of three directions
+      >>> float(autoencoder.linear_loss(W, jnp.eye(3)))  # 1/2 of the lost variance
+      0.5
     """
     W, cov = _check_cov(W, cov)
     E = jnp.eye(W.shape[1], dtype=W.dtype) - W.T @ W
@@ -367,6 +412,17 @@ def grad_linear_loss(W, cov) -> Array:
 
     Returns:
       the ``(k, d)`` gradient.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> W = jnp.eye(3)[:2]  # a principal subspace: a stationary point
+      >>> bool(
+      ...     jnp.allclose(
+      ...         autoencoder.grad_linear_loss(W, jnp.diag(jnp.arange(3.0, 0, -1))), 0
+      ...     )
+      ... )
+      True
     """
     W, cov = _check_cov(W, cov)
     E = jnp.eye(W.shape[1], dtype=W.dtype) - W.T @ W
@@ -387,6 +443,15 @@ def principal_angles(a, b) -> Array:
 
     Returns:
       the ``min(p, q)`` angles in :math:`[0, \pi/2]`, ascending.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import autoencoder
+      >>> a, b = jnp.eye(3)[:, :2], jnp.eye(3)[:, 1:]
+      >>> [
+      ...     round(v, 3) for v in autoencoder.principal_angles(a, b).tolist()
+      ... ]  # 0, pi/2
+      [0.0, 1.571]
     """
     a = _validate.array("a", a, 2)
     b = _validate.array("b", b, 2)

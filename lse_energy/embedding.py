@@ -217,13 +217,29 @@ def init_params(n_vocab: int, dim: int, *, key: Array, scale: float = 0.1, dtype
 
 
 def scores(params: Params) -> Array:
-    r"""The score (similarity) matrix :math:`S = U V^\top`, :math:`s_{cw} = V_w^\top U_c`, ``(n_vocab, n_vocab)``."""
+    r"""The score (similarity) matrix :math:`S = U V^\top`, :math:`s_{cw} = V_w^\top U_c`, ``(n_vocab, n_vocab)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.init_params(5, 2, key=jax.random.key(0))
+      >>> embedding.scores(params).shape
+      (5, 5)
+    """
     U, V = _check_params(params)
     return U @ V.T
 
 
 def log_partition(params: Params) -> Array:
-    r"""Per-centre log-partition :math:`\ln \sum_w \exp s_{cw}` (an LSE over candidate contexts), ``(n_vocab,)``."""
+    r"""Per-centre log-partition :math:`\ln \sum_w \exp s_{cw}` (an LSE over candidate contexts), ``(n_vocab,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+      >>> [round(v, 3) for v in embedding.log_partition(params).tolist()]  # ln 4
+      [1.386, 1.386, 1.386, 1.386]
+    """
     return core.logsumexp(scores(params))
 
 
@@ -275,6 +291,14 @@ def grad_energy(params: Params, counts) -> Params:
 
     Returns:
       a :class:`Params` holding the two gradients.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.init_params(4, 2, key=jax.random.key(0))
+      >>> g = embedding.grad_energy(params, jnp.ones((4, 4)))
+      >>> g.U.shape, g.V.shape
+      ((4, 2), (4, 2))
     """
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
@@ -296,6 +320,13 @@ def softmax_loss(params: Params, counts) -> Array:
 
     Returns:
       the scalar loss.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+      >>> round(float(embedding.softmax_loss(params, jnp.ones((4, 4)))), 3)  # 16 ln 4
+      22.181
     """
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
@@ -312,6 +343,13 @@ def grad_softmax_loss(params: Params, counts) -> Params:
 
     Returns:
       a :class:`Params` holding the two gradients.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.init_params(4, 2, key=jax.random.key(0))
+      >>> embedding.grad_softmax_loss(params, jnp.ones((4, 4))).V.shape
+      (4, 2)
     """
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
@@ -337,6 +375,15 @@ def noise_distribution(counts, power: float = 0.75) -> Array:
 
     Returns:
       ``(n_vocab,)`` probabilities.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> q = embedding.noise_distribution(
+      ...     jnp.array([[1.0, 3.0], [0.0, 4.0]]), power=1.0
+      ... )
+      >>> q.shape, bool(jnp.isclose(q.sum(), 1.0))
+      ((2,), True)
     """
     counts = jnp.asarray(counts)
     counts = _check_counts(counts, counts.shape[0] if counts.ndim == 2 else -1, _float_of(counts))
@@ -376,6 +423,17 @@ def negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) 
 
     Returns:
       the scalar loss.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+      >>> counts, noise = jnp.ones((4, 4)), jnp.full(4, 0.25)
+      >>> loss = embedding.negative_sampling_loss(
+      ...     params, counts, noise, n_negatives=1
+      ... )
+      >>> round(float(loss), 3)  # 16 pairs, 2 ln 2 each
+      22.181
     """
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
@@ -393,6 +451,14 @@ def grad_negative_sampling_loss(params: Params, counts, noise, n_negatives: int 
 
     Returns:
       a :class:`Params` holding the two gradients.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.init_params(4, 2, key=jax.random.key(0))
+      >>> counts, noise = jnp.ones((4, 4)), jnp.full(4, 0.25)
+      >>> embedding.grad_negative_sampling_loss(params, counts, noise).U.shape
+      (4, 2)
     """
     U, V = _check_params(params)
     counts = _check_counts(counts, U.shape[0], U.dtype)
@@ -426,6 +492,22 @@ def sampled_negative_sampling_loss(params: Params, centres, contexts, negatives)
 
     Returns:
       the scalar loss.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> params = embedding.Params(jnp.zeros((4, 2)), jnp.zeros((4, 2)))
+      >>> centres, contexts = jnp.array([0, 1]), jnp.array([1, 2])
+      >>> negatives = jnp.array([[3], [0]])  # one negative per pair
+      >>> round(
+      ...     float(
+      ...         embedding.sampled_negative_sampling_loss(
+      ...             params, centres, contexts, negatives
+      ...         )
+      ...     ),
+      ...     3,
+      ... )
+      2.773
     """
     U, V = _check_params(params)
     n = U.shape[0]
@@ -448,6 +530,13 @@ def pmi(counts) -> Array:
 
     Returns:
       the ``(n_vocab, n_vocab)`` PMI matrix.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> p = embedding.pmi(jnp.ones((3, 3)))  # independent: zero everywhere
+      >>> p.shape, bool(jnp.allclose(p, 0.0))
+      ((3, 3), True)
     """
     counts = jnp.asarray(counts)
     counts = _check_counts(counts, counts.shape[0] if counts.ndim == 2 else -1, _float_of(counts))
@@ -477,6 +566,13 @@ def skipgram_pairs(tokens, window: int) -> tuple[Array, Array]:
 
     Returns:
       ``(centres, contexts)``, two integer arrays of equal length.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> c, o = embedding.skipgram_pairs(jnp.array([0, 1, 2]), 1)
+      >>> c.tolist(), o.tolist()
+      ([0, 1, 1, 2], [1, 2, 0, 1])
     """
     tokens = jnp.asarray(tokens)
     tokens = _check_tokens("tokens", tokens, np.iinfo(np.int64).max)
@@ -505,6 +601,13 @@ def cooccurrence(tokens, n_vocab: int, window: int, dtype=None) -> Array:
 
     Returns:
       ``(n_vocab, n_vocab)`` floating counts.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> counts = embedding.cooccurrence(jnp.array([0, 1, 2, 1]), 3, 1)
+      >>> counts.astype(int).tolist()
+      [[0, 1, 0], [1, 0, 2], [0, 2, 0]]
     """
     n_vocab = _validate.count("n_vocab", n_vocab)
     tokens = _check_tokens("tokens", tokens, n_vocab)
@@ -522,6 +625,11 @@ def ring_transition(n_vocab: int, stay: float = 0.0, dtype=None) -> Array:
 
     Returns:
       ``(n_vocab, n_vocab)`` row-stochastic matrix.
+
+    Examples:
+      >>> from lse_energy import embedding
+      >>> embedding.ring_transition(4).tolist()
+      [[0.0, 0.5, 0.0, 0.5], [0.5, 0.0, 0.5, 0.0], [0.0, 0.5, 0.0, 0.5], [0.5, 0.0, 0.5, 0.0]]
     """
     n_vocab = _validate.count("n_vocab", n_vocab, 3)
     stay = _validate.nonnegative("stay", stay)
@@ -556,6 +664,14 @@ def sample_chain(transition, n_tokens: int, *, key: Array) -> Array:
 
     Returns:
       ``(n_tokens,)`` int32 token ids.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> t = embedding.ring_transition(5)
+      >>> tokens = embedding.sample_chain(t, 8, key=jax.random.key(0))
+      >>> tokens.shape, bool(jnp.all((tokens >= 0) & (tokens < 5)))
+      ((8,), True)
     """
     P = _validate.array("transition", transition, 2)
     if P.shape[0] != P.shape[1] or P.shape[0] < 1:
@@ -583,6 +699,13 @@ def cosine(a, b=None) -> Array:
 
     Returns:
       ``(n, m)`` matrix of cosines in ``[-1, 1]``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> c = embedding.cosine(jnp.array([[1.0, 0.0], [1.0, 1.0]]))
+      >>> c.shape, round(float(c[0, 1]), 3)  # cos 45 degrees
+      ((2, 2), 0.707)
     """
     a = _validate.points("a", a)
     b = a if b is None else _validate.points("b", b, a.shape[1], "a")
@@ -604,6 +727,13 @@ def analogy(emb, a, b, c) -> Array:
 
     Returns:
       the predicted token ids, the broadcast shape of ``a, b, c``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import embedding
+      >>> emb = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0]])
+      >>> embedding.analogy(emb, 0, 1, 2).tolist()  # 1 - 0 + 2 points at 3
+      [3]
     """
     emb = _validate.points("emb", emb)
     n = emb.shape[0]

@@ -190,7 +190,15 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
 
 
 def init_min_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) -> MinParams:
-    r"""minGRU weights :math:`\sim \mathcal U(-1/\sqrt D, 1/\sqrt D)`, read-out with :math:`1/\sqrt H`, zero biases."""
+    r"""minGRU weights :math:`\sim \mathcal U(-1/\sqrt D, 1/\sqrt D)`, read-out with :math:`1/\sqrt H`, zero biases.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
+      >>> gru.param_count(params), gru.logits(params, jnp.ones((6, 5, 3))).shape
+      (42, (6, 2))
+    """
     D = _validate.count("d_in", d_in)
     H = _validate.count("d_hidden", d_hidden)
     K = _validate.count("n_classes", n_classes)
@@ -209,7 +217,15 @@ def init_min_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None
 
 
 def param_count(params) -> int:
-    """The number of scalar parameters (read-out included) of a :class:`Params` or :class:`MinParams`."""
+    """The number of scalar parameters (read-out included) of a :class:`Params` or :class:`MinParams`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))
+      >>> gru.param_count(params)
+      106
+    """
     params = _check_params(params)
     return int(sum(int(np.prod(a.shape)) for a in params))
 
@@ -256,6 +272,11 @@ def sigmoid(a) -> Array:
     the two states "take the candidate" (score :math:`a`) and "keep the state"
     (score 0). The LSE here is the log-partition of a two-state choice;
     nothing is descended.
+
+    Examples:
+      >>> from lse_energy import gru
+      >>> float(gru.sigmoid(0.0))
+      0.5
     """
     return jnp.exp(log_sigmoid(a))
 
@@ -267,6 +288,11 @@ def log_sigmoid(a) -> Array:
     Evaluated as the second form with ``jnp.logaddexp`` (a two-term LSE that
     uses ``log1p``), which keeps full relative precision for large
     :math:`|a|`; the first form cancels when :math:`a \gg 0`.
+
+    Examples:
+      >>> from lse_energy import gru
+      >>> round(float(gru.log_sigmoid(0.0)), 3)  # ln 1/2
+      -0.693
     """
     a = _validate.float_array("a", a)
     return -jnp.logaddexp(jnp.zeros_like(a), -a)
@@ -289,6 +315,13 @@ def gru_cell(params: Params, h, x) -> Array:
     :math:`h^n = g^n \odot \tilde h^n + (1 - g^n) \odot \tilde h^{n-1}`; the
     second term is the previous state :math:`h^{n-1}` (the transcription's
     tildes stand for vector arrows), which is what this computes.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))
+      >>> gru.gru_cell(params, jnp.zeros((6, 4)), jnp.ones((6, 3))).shape
+      (6, 4)
     """
     params = _check_params(params, Params)
     H, D = params.W.shape[0], params.U.shape[0]
@@ -311,7 +344,15 @@ def _gru_states(p, xs):
 
 
 def gru(params: Params, xs) -> Array:
-    r"""GRU hidden states ``(B, N, H)`` of sequences ``xs`` ``(B, N, D)``, from :math:`h^0 = 0` (``lax.scan``)."""
+    r"""GRU hidden states ``(B, N, H)`` of sequences ``xs`` ``(B, N, D)``, from :math:`h^0 = 0` (``lax.scan``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))
+      >>> gru.gru(params, jnp.ones((6, 5, 3))).shape
+      (6, 5, 4)
+    """
     params = _check_params(params, Params)
     return _gru_states(params, _check_xs(params, xs))
 
@@ -332,6 +373,14 @@ def min_coefficients(params: MinParams, xs) -> tuple[Array, Array]:
     Both depend on :math:`x^n` only, so all ``N`` are computed at once
     (§18.4 of the lecture notes). :math:`1 - g = \sigma(-u)` is evaluated as
     such, so that it keeps full relative precision when the gate is near 1.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
+      >>> a, b = gru.min_coefficients(params, jnp.ones((6, 5, 3)))
+      >>> a.shape, bool(jnp.all((a > 0) & (a < 1)))
+      ((6, 5, 4), True)
     """
     params = _check_params(params, MinParams)
     a, b, _ = _min_coefficients(params, _check_xs(params, xs))
@@ -345,6 +394,17 @@ def combine(first, second):
     :math:`h \mapsto a_2 (a_1 h + b_1) + b_2`. Function composition is
     associative, which is all ``lax.associative_scan`` needs
     (:func:`scan_parallel`). Unvalidated kernel (any broadcastable arrays).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> first, second = (
+      ...     (jnp.array(2.0), jnp.array(1.0)),
+      ...     (jnp.array(3.0), jnp.array(0.5)),
+      ... )
+      >>> a, b = gru.combine(first, second)  # h -> 3 (2 h + 1) + 0.5
+      >>> float(a), float(b)
+      (6.0, 3.5)
     """
     a1, b1 = first
     a2, b2 = second
@@ -387,6 +447,13 @@ def scan_sequential(a, b, h0) -> Array:
 
     Returns:
       the ``(N, ...)`` states :math:`h_1, \dots, h_N`; ``N`` dependent steps.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> a, b = jnp.full((3, 1), 0.5), jnp.ones((3, 1))
+      >>> gru.scan_sequential(a, b, jnp.zeros(1)).ravel().tolist()  # h = h / 2 + 1
+      [1.0, 1.5, 1.75]
     """
     return _scan_sequential(*_check_scan(a, b, h0))
 
@@ -398,6 +465,13 @@ def scan_parallel(a, b, h0) -> Array:
     (a_n, b_n)` take :math:`O(\log N)` dependent rounds and :math:`O(N)` work
     (Blelloch 1990); then :math:`h_n = A_n h_0 + B_n`. Same arguments and
     result as :func:`scan_sequential`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> a, b = jnp.full((3, 1), 0.5), jnp.ones((3, 1))
+      >>> gru.scan_parallel(a, b, jnp.zeros(1)).ravel().tolist()  # h = h / 2 + 1
+      [1.0, 1.5, 1.75]
     """
     return _scan_parallel(*_check_scan(a, b, h0))
 
@@ -437,6 +511,14 @@ def scan_log(log_a, log_b, log_h0) -> Array:
 
     Returns:
       the ``(N, ...)`` values :math:`\ln h_n`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> log_a, log_b = jnp.log(jnp.full((3, 1), 0.5)), jnp.zeros((3, 1))
+      >>> h = jnp.exp(gru.scan_log(log_a, log_b, jnp.array([-jnp.inf])))
+      >>> [round(v, 3) for v in h.ravel().tolist()]  # h = h / 2 + 1
+      [1.0, 1.5, 1.75]
     """
     log_a = _validate.float_array("log_a", log_a, 1)
     log_b, log_h0 = jnp.asarray(log_b), jnp.asarray(log_h0)
@@ -482,6 +564,14 @@ def scan_log_signed(log_a, b, h0) -> Array:
 
     Returns:
       the ``(N, ...)`` states (not their logs).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> log_a, b = jnp.log(jnp.full((3, 1), 0.5)), -jnp.ones((3, 1))
+      >>> h = gru.scan_log_signed(log_a, b, jnp.zeros(1))
+      >>> [round(v, 3) for v in h.ravel().tolist()]  # h = h / 2 - 1
+      [-1.0, -1.5, -1.75]
     """
     log_a, b, h0 = _check_scan(log_a, b, h0, ("log_a", "b", "h0"))
     return _scan_log_signed(log_a, b, h0)
@@ -502,6 +592,13 @@ def scan_cumprod(a, b, h0) -> Array:
     after which :math:`b_k / P_k = \pm\infty` and :math:`0 \cdot \infty` gives
     NaN. Shown in chapter 15 as what the log-space scan avoids; no check on
     the result (it is meant to fail). Same arguments as :func:`scan_sequential`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> a, b = jnp.full((3, 1), 0.5), jnp.ones((3, 1))
+      >>> gru.scan_cumprod(a, b, jnp.zeros(1)).ravel().tolist()  # h = h / 2 + 1
+      [1.0, 1.5, 1.75]
     """
     return _scan_cumprod(*_check_scan(a, b, h0))
 
@@ -522,6 +619,16 @@ def grad_scan_log(log_a, log_b, log_h0, cotangent) -> tuple[Array, Array, Array]
     Dense :math:`O(N^2)` evaluation, for checking. Arguments as
     :func:`scan_log` (all finite), plus ``cotangent`` :math:`\lambda`
     ``(N, ...)``. Returns the gradients w.r.t. ``log_a``, ``log_b``, ``log_h0``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> log_a, log_b = jnp.zeros((4, 2)), jnp.zeros((4, 2))
+      >>> ga, gb, gh0 = gru.grad_scan_log(
+      ...     log_a, log_b, jnp.zeros(2), jnp.ones((4, 2))
+      ... )
+      >>> ga.shape, gb.shape, gh0.shape
+      ((4, 2), (4, 2), (2,))
     """
     log_a = _validate.float_array("log_a", log_a, 1)
     log_b = _validate.float_array("log_b", log_b, 1)
@@ -608,7 +715,15 @@ def _loss(p, xs, y, method):
 
 
 def logits(params, xs, *, method: str = "parallel") -> Array:
-    r"""Class scores ``(B, K)``: :math:`h^N V + c` of the last state (GRU or minGRU, by the type of ``params``)."""
+    r"""Class scores ``(B, K)``: :math:`h^N V + c` of the last state (GRU or minGRU, by the type of ``params``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
+      >>> gru.logits(params, jnp.ones((6, 5, 3))).shape
+      (6, 2)
+    """
     params = _check_params(params)
     return _logits(params, _check_xs(params, xs), _check_method(method))
 
@@ -621,6 +736,15 @@ def loss(params, xs, y, *, method: str = "parallel") -> Array:
     :math:`E = -\sum \mathrm{LSE}`, and training *minimises* it: the logits of
     the wrong classes are pushed down, not up. Uses
     :func:`lse_energy.core.logsumexp`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
+      >>> xs, y = jnp.ones((6, 5, 3)), jnp.arange(6) % 2
+      >>> loss = gru.loss(params, xs, y)
+      >>> loss.shape, bool(loss > 0)
+      ((), True)
     """
     params = _check_params(params)
     xs = _check_xs(params, xs)
@@ -629,7 +753,17 @@ def loss(params, xs, y, *, method: str = "parallel") -> Array:
 
 
 def accuracy(params, xs, y, *, method: str = "parallel") -> Array:
-    """Fraction of sequences whose largest logit is the label."""
+    """Fraction of sequences whose largest logit is the label.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gru
+      >>> params = gru.init_params(3, 4, 2, key=jax.random.key(0))
+      >>> xs, y = jnp.ones((6, 5, 3)), jnp.arange(6) % 2
+      >>> acc = gru.accuracy(params, xs, y)  # identical inputs: one class for all
+      >>> acc.shape, float(acc)
+      ((), 0.5)
+    """
     params = _check_params(params)
     xs = _check_xs(params, xs)
     y = _check_labels(y, xs.shape[0], params.c.shape[0])
