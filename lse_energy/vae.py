@@ -255,7 +255,15 @@ def _init_params(key, d_x, d_z, H, K, dtype) -> Params:
 
 
 def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dtype=None) -> MixturePrior:
-    r"""Uniform :math:`\pi`, means :math:`m_k \sim \mathcal N(0, \mathrm{scale}^2 I)`, unit scales."""
+    r"""Uniform :math:`\pi`, means :math:`m_k \sim \mathcal N(0, \mathrm{scale}^2 I)`, unit scales.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> prior = vae.init_prior(3, 2, key=jax.random.key(0))
+      >>> prior.means.shape, bool(jnp.allclose(jax.nn.softmax(prior.logits), 1 / 3))
+      ((3, 2), True)
+    """
     K = _validate.count("n_components", n_components)
     d_z = _validate.count("n_latent", n_latent)
     scale = _validate.positive("scale", scale)
@@ -278,13 +286,30 @@ def _decode(params, z):
 
 
 def encode(params: Params, x) -> tuple[Array, Array]:
-    r"""Encoder outputs :math:`(\mu(x), \ln\sigma^2(x))` of §21, each ``(N, d_z)``."""
+    r"""Encoder outputs :math:`(\mu(x), \ln\sigma^2(x))` of §21, each ``(N, d_z)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> mu, logvar = vae.encode(params, jnp.ones((3, 6)))
+      >>> mu.shape, logvar.shape
+      ((3, 2), (3, 2))
+    """
     params = _check_params(params)
     return _encode(params, _check_x(x, params.enc_W.shape[0]))
 
 
 def decode(params: Params, z) -> Array:
-    r"""Decoder output :math:`d(z, \theta)`, ``(N, d_x)``: Bernoulli logits or the Gaussian mean."""
+    r"""Decoder output :math:`d(z, \theta)`, ``(N, d_x)``: Bernoulli logits or the Gaussian mean.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> vae.decode(params, jnp.zeros((3, 2))).shape
+      (3, 6)
+    """
     params = _check_params(params)
     return _decode(params, _validate.points("z", z, params.mu_W.shape[1], "params"))
 
@@ -294,6 +319,14 @@ def reparameterize(mu, logvar, eps) -> Array:
     e^{\ln\sigma^2/2}`.
 
     ``eps`` has shape ``(..., N, d_z)`` (leading sample axes broadcast).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> mu, logvar = jnp.ones((3, 2)), jnp.log(jnp.full((3, 2), 4.0))
+      >>> z = vae.reparameterize(mu, logvar, jnp.ones((3, 2)))  # 1 + 1 * 2
+      >>> bool(jnp.allclose(z, 3.0))
+      True
     """
     mu = _validate.float_array("mu", mu, 1)
     logvar = _validate.float_array("logvar", logvar, 1)
@@ -311,6 +344,13 @@ def gaussian_kl(mu, logvar) -> Array:
 
     Returns:
       ``mu.shape[:-1]``, one KL per row.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> kl = vae.gaussian_kl(jnp.zeros((3, 2)), jnp.zeros((3, 2)))  # q = p
+      >>> kl.shape, bool(jnp.allclose(kl, 0.0))
+      ((3,), True)
     """
     mu = _validate.float_array("mu", mu, 1)
     logvar = _validate.float_array("logvar", logvar, 1)
@@ -333,6 +373,15 @@ def log_likelihood(params: Params, x, z, *, decoder: str = "bernoulli", obs_scal
     levels in :math:`[0,1]` it is a cross-entropy, not a normalised density). ``"gaussian"``:
     :math:`\ln\mathcal N(x; d(z,\theta), \mathrm{obs\_scale}^2 I)`; its negative is the notes'
     :math:`\frac1{2\sigma^2}\|x - d(z,\theta)\|^2 + C`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> x = (jax.random.uniform(jax.random.key(1), (3, 6)) < 0.5).astype(float)
+      >>> ll = vae.log_likelihood(params, x, jnp.zeros((3, 2)))
+      >>> ll.shape, bool(jnp.all(ll < 0))
+      ((3,), True)
     """
     params = _check_params(params)
     decoder = _check_decoder(decoder)
@@ -362,6 +411,13 @@ def sim(prior: MixturePrior, z) -> Array:
 
     Children: the codes :math:`z_n`; parents: the prior's components (the
     normalised GMM sim of chapter 02 with diagonal covariances).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> prior = vae.init_prior(3, 2, key=jax.random.key(0))
+      >>> vae.sim(prior, jnp.ones((4, 2))).shape
+      (4, 3)
     """
     prior = _check_prior(prior)
     return _prior_sim(prior, _validate.points("z", z, prior.means.shape[1], "prior"))
@@ -391,13 +447,30 @@ def energy(prior: MixturePrior, z) -> Array:
 
 
 def prior_responsibilities(prior: MixturePrior, z) -> Array:
-    r"""The softmax weights :math:`w_{nk} = p(k \mid z_n)` of the prior energy, ``(N, K)``: soft cluster labels."""
+    r"""The softmax weights :math:`w_{nk} = p(k \mid z_n)` of the prior energy, ``(N, K)``: soft cluster labels.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> prior = vae.init_prior(3, 2, key=jax.random.key(0))
+      >>> w = vae.prior_responsibilities(prior, jnp.ones((4, 2)))
+      >>> w.shape, bool(jnp.allclose(w.sum(1), 1.0))
+      ((4, 3), True)
+    """
     return core.weights(sim(prior, z))
 
 
 def log_prior(prior: MixturePrior | None, z) -> Array:
     r""":math:`\ln p(z_n)` per row, ``(N,)``: the mixture's, or :math:`\ln\mathcal N(z; 0, I)` when ``prior`` is
-    ``None``."""
+    ``None``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> lp = vae.log_prior(None, jnp.zeros((3, 2)))  # N(0, I) at its mean
+      >>> lp.shape, round(float(lp[0]), 3)  # -ln(2 pi)
+      ((3,), -1.838)
+    """
     if prior is None:
         z = _validate.float_array("z", z, 1)
         return _log_std_normal(z)
@@ -422,6 +495,14 @@ def grad_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
 
     Returns:
       ``(MixturePrior of gradients, gradient in z)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> prior = vae.init_prior(3, 2, key=jax.random.key(0))
+      >>> g_prior, g_z = vae.grad_energy(prior, jnp.ones((4, 2)))
+      >>> g_prior.means.shape, g_z.shape
+      ((3, 2), (4, 2))
     """
     prior = _check_prior(prior)
     z = _validate.points("z", z, prior.means.shape[1], "prior")
@@ -468,6 +549,15 @@ def log_weights(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale
 
     The codes are reparameterised, :math:`z_{sn} = \mu(x_n) + \epsilon_{sn} \odot \sigma(x_n)`, with the
     given standard normal draws ``eps`` of shape ``(S, N, d_z)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> x = (jax.random.uniform(jax.random.key(1), (3, 6)) < 0.5).astype(float)
+      >>> eps = jax.random.normal(jax.random.key(2), (4, 3, 2))
+      >>> vae.log_weights(params, x, eps).shape  # (S, N)
+      (4, 3)
     """
     params = _check_params(params)
     decoder = _check_decoder(decoder)
@@ -477,7 +567,15 @@ def log_weights(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale
 
 
 def elbo_bound(log_w) -> Array:
-    r"""The Monte Carlo ELBO from log-weights ``(S, ...)``: :math:`\frac1S\sum_s \ell_s` (an average, no LSE)."""
+    r"""The Monte Carlo ELBO from log-weights ``(S, ...)``: :math:`\frac1S\sum_s \ell_s` (an average, no LSE).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> log_w = jnp.log(jnp.array([[0.5], [0.25]]))
+      >>> round(float(vae.elbo_bound(log_w)[0]), 3)  # (ln 0.5 + ln 0.25) / 2
+      -1.04
+    """
     log_w = _validate.float_array("log_w", log_w, 1)
     return jnp.mean(log_w, axis=0)
 
@@ -487,6 +585,13 @@ def iwae_bound(log_w) -> Array:
 
     This is a log-sum-exp over samples (children: the examples; parents: the
     ``K`` samples; sim: the log-weights), computed with :func:`lse_energy.core.logsumexp`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> log_w = jnp.log(jnp.array([[0.5], [0.25]]))
+      >>> round(float(vae.iwae_bound(log_w)[0]), 3)  # ln((0.5 + 0.25) / 2)
+      -0.981
     """
     log_w = _validate.float_array("log_w", log_w, 1)
     moved = jnp.moveaxis(log_w, 0, -1)
@@ -502,6 +607,15 @@ def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoull
 
     :math:`\frac1S \sum_s [\ln p(x|z_s) + \ln p(z_s) - \ln q(z_s|x)]`: an unbiased estimate of the
     ELBO (for the standard prior, :func:`loss` uses the closed-form KL instead).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> x = (jax.random.uniform(jax.random.key(1), (3, 6)) < 0.5).astype(float)
+      >>> e = vae.elbo(params, x, key=jax.random.key(2), n_samples=2)
+      >>> e.shape, bool(jnp.all(e < 0))  # a bound on ln p(x) of binary data
+      ((3,), True)
     """
     n = _validate.count("n_samples", n_samples)
     params = _check_params(params)
@@ -510,7 +624,16 @@ def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoull
 
 
 def iwae(params: Params, x, *, key, n_samples: int, decoder: str = "bernoulli", obs_scale: float = 1.0) -> Array:
-    r"""Per-example draw of :math:`\mathrm{IWAE}_K` with :math:`K` = ``n_samples``, ``(N,)``."""
+    r"""Per-example draw of :math:`\mathrm{IWAE}_K` with :math:`K` = ``n_samples``, ``(N,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> x = (jax.random.uniform(jax.random.key(1), (3, 6)) < 0.5).astype(float)
+      >>> vae.iwae(params, x, key=jax.random.key(2), n_samples=4).shape
+      (3,)
+    """
     n = _validate.count("n_samples", n_samples)
     params = _check_params(params)
     x = _check_x(x, params.enc_W.shape[0])
@@ -549,6 +672,16 @@ def iwae_loss(params: Params, x, eps, *, decoder: str = "bernoulli", obs_scale: 
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> x = (jax.random.uniform(jax.random.key(1), (3, 6)) < 0.5).astype(float)
+      >>> eps = jax.random.normal(jax.random.key(2), (4, 3, 2))  # K = 4 codes per row
+      >>> loss = vae.iwae_loss(params, x, eps)
+      >>> loss.shape, bool(loss > 0)
+      ((), True)
     """
     params = _check_params(params)
     decoder = _check_decoder(decoder)
@@ -574,6 +707,16 @@ def loss(
 
     Returns:
       Scalar.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> params = vae.init_params(6, 2, 4, key=jax.random.key(0))
+      >>> x = (jax.random.uniform(jax.random.key(1), (3, 6)) < 0.5).astype(float)
+      >>> eps = jax.random.normal(jax.random.key(2), (3, 2))
+      >>> loss = vae.loss(params, x, eps)
+      >>> loss.shape, bool(loss > 0)
+      ((), True)
     """
     params = _check_params(params)
     decoder = _check_decoder(decoder)
@@ -714,7 +857,16 @@ def _check_linear(W, b, sigma, x):
 def linear_gaussian_log_marginal(W, b, sigma, x) -> Array:
     r"""Exact :math:`\ln p(x) = \ln\mathcal N(x; b, WW^\top + \sigma^2 I)` for :math:`p(z) = \mathcal N(0, I)`,
     :math:`p(x|z) = \mathcal N(Wz + b, \sigma^2 I)`; ``W`` is ``(d_x, d_z)``, ``x`` is ``(N, d_x)``; returns
-    ``(N,)``."""
+    ``(N,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> W, b, x = jnp.zeros((2, 1)), jnp.zeros(2), jnp.zeros((3, 2))
+      >>> lp = vae.linear_gaussian_log_marginal(W, b, 1.0, x)  # N(0, I) at 0
+      >>> lp.shape, round(float(lp[0]), 3)  # -ln(2 pi)
+      ((3,), -1.838)
+    """
     W, b, sigma, x = _check_linear(W, b, sigma, x)
     return _linear_gaussian_log_marginal(W, b, sigma, x)
 
@@ -733,6 +885,14 @@ def linear_gaussian_posterior(W, b, sigma, x) -> tuple[Array, Array]:
 
     Returns:
       the means ``(N, d_z)`` and the shared covariance ``(d_z, d_z)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> W, b, x = jnp.ones((2, 1)), jnp.zeros(2), jnp.ones((3, 2))
+      >>> m, cov = vae.linear_gaussian_posterior(W, b, 1.0, x)
+      >>> m.shape, cov.shape, round(float(cov[0, 0]), 3)  # 1 / (1 + 2)
+      ((3, 1), (1, 1), 0.333)
     """
     W, b, sigma, x = _check_linear(W, b, sigma, x)
     Lam = jnp.eye(W.shape[1], dtype=W.dtype) + W.T @ W / sigma**2
@@ -751,6 +911,18 @@ def linear_gaussian_log_weights(W, b, sigma, x, q_mean, q_chol, eps) -> Array:
 
     Returns:
       ``(S, N)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import vae
+      >>> W, b, x = jnp.ones((2, 1)), jnp.zeros(2), jnp.ones((3, 2))
+      >>> m, cov = vae.linear_gaussian_posterior(W, b, 1.0, x)
+      >>> chol = jnp.linalg.cholesky(cov)
+      >>> eps = jax.random.normal(jax.random.key(0), (5, 3, 1))
+      >>> log_w = vae.linear_gaussian_log_weights(W, b, 1.0, x, m, chol, eps)
+      >>> exact = vae.linear_gaussian_log_marginal(W, b, 1.0, x)
+      >>> log_w.shape, bool(jnp.allclose(log_w, exact, atol=1e-4))  # q = posterior
+      ((5, 3), True)
     """
     W, b, sigma, x = _check_linear(W, b, sigma, x)
     d_z = W.shape[1]

@@ -188,7 +188,15 @@ def _ce(p: Params, x, y):
 
 
 def logits(params: Params, x) -> Array:
-    r"""Logits :math:`z(x) = \tanh(x W_1 + b_1) W_2 + b_2`, ``(N, K)``."""
+    r"""Logits :math:`z(x) = \tanh(x W_1 + b_1) W_2 + b_2`, ``(N, K)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> adversarial.logits(params, jnp.ones((5, 4))).shape
+      (5, 2)
+    """
     params = _check_params(params)
     return _logits(params, _check_x(params, x))
 
@@ -223,7 +231,21 @@ def example_losses(params: Params, x, y) -> Array:
 
 
 def loss(params: Params, x, y) -> Array:
-    r"""Mean cross-entropy :math:`\frac1N \sum_n \ell_n`, the training loss of standard training."""
+    r"""Mean cross-entropy :math:`\frac1N \sum_n \ell_n`, the training loss of standard training.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> flat = params._replace(W2=jnp.zeros((3, 2)), b2=jnp.zeros(2))  # z = 0
+      >>> round(
+      ...     float(
+      ...         adversarial.loss(flat, jnp.ones((4, 4)), jnp.array([0, 1, 0, 1]))
+      ...     ),
+      ...     3,
+      ... )
+      0.693
+    """
     return jnp.mean(example_losses(params, x, y))
 
 
@@ -247,6 +269,14 @@ def grad_x(params: Params, x, y) -> Array:
 
     Returns:
       ``(N, d)``, the gradient of each example's loss.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([0, 1, 0, 1])
+      >>> adversarial.grad_x(params, x, y).shape
+      (4, 4)
     """
     return _input_gradient(*_check_multiclass_call(params, x, y, "grad_x"))
 
@@ -278,6 +308,15 @@ def grad_loss_params(params: Params, x, y) -> Params:
 
     :math:`\partial \ell_n / \partial z = \operatorname{softmax}(z) - e_{t_n}`
     (the softmax weights minus the target's one-hot), backpropagated.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([0, 1, 0, 1])
+      >>> g = adversarial.grad_loss_params(params, x, y)
+      >>> g.W1.shape, g.b2.shape
+      ((4, 3), (2,))
     """
     return _grad_ce_params(*_check_multiclass_call(params, x, y, "grad_loss_params"))
 
@@ -289,7 +328,16 @@ def _grad_ce_params(p, x, y):
 
 
 def predict(params: Params, x) -> Array:
-    r"""Predicted class :math:`\arg\max_j z_j` (``K >= 2``) or :math:`\mathrm{sign} f` as ``-1/1`` (``K = 1``)."""
+    r"""Predicted class :math:`\arg\max_j z_j` (``K >= 2``) or :math:`\mathrm{sign} f` as ``-1/1`` (``K = 1``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> p = adversarial.predict(params, jnp.ones((5, 4)))
+      >>> p.shape, bool(jnp.all((p == 0) | (p == 1)))
+      ((5,), True)
+    """
     params = _check_params(params)
     return _predict(params, _check_x(params, x))
 
@@ -302,7 +350,16 @@ def _predict(p, x):
 
 
 def accuracy(params: Params, x, y) -> Array:
-    r"""Fraction of correct predictions; for ``K = 1``, correct means :math:`f(X)T > 0` (§25.1)."""
+    r"""Fraction of correct predictions; for ``K = 1``, correct means :math:`f(X)T > 0` (§25.1).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([0, 1, 0, 1])
+      >>> float(adversarial.accuracy(params, x, y))  # one class for identical rows
+      0.5
+    """
     params = _check_params(params)
     x = _check_x(params, x)
     y = _check_y(params, y, x.shape[0])
@@ -350,6 +407,14 @@ def gradient_attack(
 
     Returns:
       ``(N, d)`` the attacked inputs.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jnp.zeros((3, 4)), jnp.array([0, 1, 0])
+      >>> adversarial.gradient_attack(params, x, y, 0.5).shape
+      (3, 4)
     """
     params, x, y, box = _attack_args(params, x, y, box)
     step_size = _validate.positive("step_size", step_size)
@@ -370,6 +435,15 @@ def fgsm(params: Params, x, y, epsilon: float, *, targeted: bool = False, box=No
 
     Returns:
       ``(N, d)`` the attacked inputs, in :math:`B_\infty(x, \epsilon)` and the box.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jnp.zeros((3, 4)), jnp.array([0, 1, 0])
+      >>> x_adv = adversarial.fgsm(params, x, y, 0.1)
+      >>> x_adv.shape, bool(jnp.max(jnp.abs(x_adv - x)) <= 0.1 + 1e-6)
+      ((3, 4), True)
     """
     params, x, y, box = _attack_args(params, x, y, box)
     epsilon = _validate.nonnegative("epsilon", epsilon)
@@ -442,6 +516,15 @@ def pgd(
 
     Returns:
       :class:`Ascent`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jnp.zeros((3, 4)), jnp.array([0, 1, 0])
+      >>> out = adversarial.pgd(params, x, y, 0.1, step_size=0.05, n_steps=3)
+      >>> out.x_adv.shape, bool(jnp.max(jnp.abs(out.x_adv - x)) <= 0.1 + 1e-6)
+      ((3, 4), True)
     """
     params = _check_params(params)
     x = _check_x(params, x)
@@ -486,6 +569,17 @@ def minimal_perturbation(params: Params, x, y, *, eps_max: float, n_bisect: int 
 
     Returns:
       :class:`MinimalPerturbation`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 2, key=jax.random.key(0))
+      >>> x, y = jax.random.normal(jax.random.key(1), (3, 4)), jnp.array([0, 1, 0])
+      >>> out = adversarial.minimal_perturbation(
+      ...     params, x, y, eps_max=5.0, n_bisect=5
+      ... )
+      >>> jax.tree.map(jnp.shape, out)
+      MinimalPerturbation(epsilon=(3,), fooled=(3,))
     """
     params, x, y, box = _attack_args(params, x, y, box)
     eps_max = _validate.positive("eps_max", eps_max)

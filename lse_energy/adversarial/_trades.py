@@ -43,13 +43,26 @@ def softplus_surrogate(u) -> Array:
     :math:`g(u) = \ln(e^0 + e^{-u})` is :func:`lse_energy.core.logsumexp` over
     the two "parents" :math:`\{0, -u\}`; it upper-bounds :math:`\ln 2` times the
     0-1 loss :math:`\mathbb 1[u \le 0]` and is the logistic loss.
+
+    Examples:
+      >>> from lse_energy import adversarial
+      >>> round(float(adversarial.softplus_surrogate(0.0)), 3)  # ln 2
+      0.693
     """
     u = _validate.float_array("u", u)
     return _g(u)
 
 
 def binary_score(params: Params, x) -> Array:
-    r"""The binary model :math:`f: X \to \mathbb R` of §25.1, ``(N,)``; ``sign f`` is the class."""
+    r"""The binary model :math:`f: X \to \mathbb R` of §25.1, ``(N,)``; ``sign f`` is the class.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 1, key=jax.random.key(0))
+      >>> adversarial.binary_score(params, jnp.ones((5, 4))).shape
+      (5,)
+    """
     params = _check_params(params)
     _check_binary(params, "binary_score")
     return _logits(params, _check_x(params, x))[:, 0]
@@ -84,6 +97,15 @@ def binary_trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Arr
     keep its sign (the sign of :math:`f(X)`, not of :math:`T`) on :math:`X'`.
     ``y`` holds the labels :math:`T \in \{-1, 1\}` (the notes' :math:`T`); ``x_adv`` is
     :math:`X'`, held fixed; ``trades_weight`` is the notes' :math:`\beta \ge 0`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 1, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([1, -1, 1, -1])
+      >>> loss = adversarial.binary_trades_loss(params, x, y, x + 0.1, 1.0)
+      >>> loss.shape, bool(loss > 0)
+      ((), True)
     """
     params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, True)
     return _binary_trades(params, x, y.astype(x.dtype), x_adv, trades_weight)
@@ -97,6 +119,15 @@ def grad_binary_trades_params(params: Params, x, y, x_adv, trades_weight: float)
     :math:`c = \frac1N[g'(fT)\,T + \beta\, g'(f f') f']` at :math:`X` and
     :math:`c' = \frac1N \beta\, g'(f f') f` at :math:`X'`, backpropagated
     (:math:`T` = ``y``, :math:`\beta` = ``trades_weight``).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 1, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([1, -1, 1, -1])
+      >>> g = adversarial.grad_binary_trades_params(params, x, y, x + 0.1, 1.0)
+      >>> g.W1.shape, g.W2.shape
+      ((4, 3), (3, 1))
     """
     params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, True)
     y = y.astype(x.dtype)
@@ -112,6 +143,14 @@ def kl_softmax(z, z_adv) -> Array:
     r"""Per-row :math:`\mathrm{KL}(\operatorname{softmax} z \,\|\, \operatorname{softmax} z')`, ``(N,)``.
 
     Written with log-partitions: :math:`\sum_j p_j (z_j - z'_j) - \mathrm{LSE}(z) + \mathrm{LSE}(z')`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> z = jnp.array([[1.0, 2.0], [0.0, 0.0]])
+      >>> kl = adversarial.kl_softmax(z, z)  # equal distributions
+      >>> kl.shape, bool(jnp.allclose(kl, 0.0))
+      ((2,), True)
     """
     z = _validate.float_array("z", z, 2)
     z_adv = _validate.float_array("z_adv", z_adv, 2)
@@ -140,6 +179,15 @@ def trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Array:
     The KL is the multi-class counterpart of §25.1's :math:`g(f(X) f(X'))`
     (Zhang et al. 2019); :math:`X'` is held fixed. ``y``: ``(N,)`` class indices
     (the notes' :math:`t`); ``trades_weight``: Zhang et al.'s and the notes' :math:`\beta \ge 0`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([0, 1, 2, 0])
+      >>> loss = adversarial.trades_loss(params, x, y, x, 1.0)  # x' = x: no KL term
+      >>> bool(jnp.allclose(loss, adversarial.loss(params, x, y)))
+      True
     """
     params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, False)
     return _trades(params, x, y, x_adv, trades_weight)
@@ -154,6 +202,15 @@ def grad_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Par
     :math:`\partial D / \partial z' = q - p`; the cross-entropy adds
     :math:`p - e_t` at :math:`z` (:math:`t` = ``y``). All are backpropagated through the
     network; :math:`D` enters with the weight :math:`\beta` = ``trades_weight``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
+      >>> x, y = jnp.ones((4, 4)), jnp.array([0, 1, 2, 0])
+      >>> g = adversarial.grad_trades_params(params, x, y, x + 0.1, 1.0)
+      >>> g.W2.shape
+      (3, 3)
     """
     params, x, y, x_adv, trades_weight = _trades_args(params, x, y, x_adv, trades_weight, False)
     z, za = _logits(params, x), _logits(params, x_adv)
@@ -191,6 +248,16 @@ def inner_maximize(
 
     Returns:
       :class:`Ascent`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import adversarial
+      >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
+      >>> x = jax.random.normal(jax.random.key(1), (5, 4))
+      >>> opts = dict(key=jax.random.key(2), step_size=0.01, n_steps=3)
+      >>> out = adversarial.inner_maximize(params, x, 0.1, **opts)
+      >>> out.x_adv.shape, bool(jnp.max(jnp.abs(out.x_adv - x)) <= 0.1 + 1e-6)
+      ((5, 4), True)
     """
     params = _check_params(params)
     x = _check_x(params, x)
