@@ -240,6 +240,13 @@ def init_mlp(sizes, *, key, dtype=jnp.float64) -> MLP:
     = 0`.
 
     ``sizes`` has at least two positive integers; two give an affine map.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> mlp = gan.init_mlp((2, 3, 1), key=jax.random.key(0), dtype=jnp.float32)
+      >>> [w.shape for w in mlp.weights]
+      [(2, 3), (3, 1)]
     """
     if not isinstance(sizes, (tuple, list)) or len(sizes) < 2:
         raise ValueError(f"sizes must be a tuple of at least two layer sizes; got {sizes!r}")
@@ -308,13 +315,29 @@ def _rows(name, x, d, dtype):
 
 
 def forward(mlp: MLP, x) -> Array:
-    r"""The MLP's output for rows ``x`` ``(N, n_0)``: ``(N, n_L)``."""
+    r"""The MLP's output for rows ``x`` ``(N, n_0)``: ``(N, n_L)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> mlp = gan.init_mlp((2, 3, 1), key=jax.random.key(0), dtype=jnp.float32)
+      >>> gan.forward(mlp, jnp.ones((4, 2))).shape
+      (4, 1)
+    """
     mlp = _check_mlp(mlp, "mlp")
     return _forward(mlp, _rows("x", x, mlp.weights[0].shape[0], mlp.weights[0].dtype))
 
 
 def generate(params: Params, z) -> Array:
-    r"""Samples :math:`G(z;\varphi)`, ``(N, data_dim)``, from noise ``z`` ``(N, noise_dim)`` (§30)."""
+    r"""Samples :math:`G(z;\varphi)`, ``(N, data_dim)``, from noise ``z`` ``(N, noise_dim)`` (§30).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,))
+      >>> gan.generate(params, jnp.ones((4, 2))).shape
+      (4, 2)
+    """
     params = _check_params(params)
     z = _rows("z", z, _dims(params)[0], params.generator.weights[0].dtype)
     return _forward(params.generator, z)
@@ -326,13 +349,30 @@ def _logit(params, x):
 
 
 def logit(params: Params, x) -> Array:
-    r"""The discriminator's logit :math:`a(x;\theta)`, ``(N,)``, so :math:`D = \sigma(a)`."""
+    r"""The discriminator's logit :math:`a(x;\theta)`, ``(N,)``, so :math:`D = \sigma(a)`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,))
+      >>> gan.logit(params, jnp.ones((4, 2))).shape
+      (4,)
+    """
     params = _check_params(params)
     return _logit(params, _rows("x", x, _dims(params)[1], params.discriminator.weights[0].dtype))
 
 
 def discriminate(params: Params, x) -> Array:
-    r""":math:`D(x;\theta) = \sigma(a(x;\theta))`, "probability x is real" (§30), ``(N,)``."""
+    r""":math:`D(x;\theta) = \sigma(a(x;\theta))`, "probability x is real" (§30), ``(N,)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,))
+      >>> d = gan.discriminate(params, jnp.ones((4, 2)))
+      >>> d.shape, bool(jnp.all((d > 0) & (d < 1)))
+      ((4,), True)
+    """
     return jax.nn.sigmoid(logit(params, x))
 
 
@@ -359,6 +399,15 @@ def logistic_loss(logits, labels) -> Array:
     log-partition :math:`\mathrm{LSE}(0, a)` minus the target's logit, computed
     with :func:`lse_energy.core.logsumexp`. ``logits`` and ``labels`` are ``(N,)``;
     labels in :math:`[0, 1]`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> round(
+      ...     float(gan.logistic_loss(jnp.zeros(4), jnp.array([1.0, 0.0, 1.0, 0.0]))),
+      ...     3,
+      ... )
+      0.693
     """
     logits, labels = _check_logits(logits, labels)
     return jnp.mean(_softplus(logits) - labels * logits)
@@ -368,6 +417,13 @@ def grad_logistic_loss(logits, labels) -> Array:
     r""":math:`\partial/\partial a_n` of :func:`logistic_loss`: :math:`(\sigma(a_n) - t_n)/N`.
 
     The softmax weight of parent :math:`a` among :math:`\{0, a\}` minus the target.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> g = gan.grad_logistic_loss(jnp.zeros(2), jnp.array([1.0, 0.0]))
+      >>> g.tolist()  # (sigma(0) - t) / N
+      [-0.25, 0.25]
     """
     logits, labels = _check_logits(logits, labels)
     return (jax.nn.sigmoid(logits) - labels) / logits.shape[0]
@@ -434,6 +490,20 @@ def discriminator_loss(params: Params, x, z) -> Array:
     fake rows :math:`G(z)` (label 0), i.e. :math:`-V(D, G)` of Goodfellow et al.
     (2014): twice the notes' expectation over the pooled batch when :math:`N = M`.
     Minimised over :math:`\theta`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,))
+      >>> blind = gan.MLP((jnp.zeros((2, 1)),), (jnp.zeros(1),))  # D = 1/2
+      >>> params = params._replace(discriminator=blind)
+      >>> round(
+      ...     float(
+      ...         gan.discriminator_loss(params, jnp.ones((3, 2)), jnp.ones((4, 2)))
+      ...     ),
+      ...     3,
+      ... )
+      1.386
     """
     return _d_loss(*_xz(params, x, z))
 
@@ -455,6 +525,15 @@ def generator_loss(params: Params, z, generator_loss: str = "non_saturating") ->
 
     The minimax gradient vanishes where :math:`D(G(z)) \to 0` (the discriminator
     rejects the fakes); the non-saturating one does not (:func:`grad_generator_loss_logits`).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> params = gan.init_params(2, 2, key=jax.random.key(0), generator_hidden=(3,))
+      >>> blind = gan.MLP((jnp.zeros((2, 1)),), (jnp.zeros(1),))  # D = 1/2
+      >>> params = params._replace(discriminator=blind)
+      >>> round(float(gan.generator_loss(params, jnp.ones((4, 2)))), 3)  # -ln(1/2)
+      0.693
     """
     _check_kind(generator_loss)
     params = _check_params(params)
@@ -469,6 +548,13 @@ def grad_generator_loss_logits(logits, generator_loss: str = "non_saturating") -
     :math:`-\sigma(a_m)/M = -D/M`, the softmax weight of parent :math:`a_m` in
     :math:`\{0, a_m\}`, which vanishes when the discriminator rejects the sample
     (:math:`D \to 0`): the minimax loss saturates.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> g = gan.grad_generator_loss_logits(jnp.zeros(2))
+      >>> g.shape, bool(jnp.all(g < 0))  # raising a fake logit lowers the loss
+      ((2,), True)
     """
     _check_kind(generator_loss)
     logits = _validate.array("logits", logits, 1)
@@ -481,6 +567,12 @@ def optimal_logit(log_p_data, log_p_g) -> Array:
     data}/(p_{\rm data} + p_g)`.
 
     Arrays of log-densities at the same points (any equal shapes).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> float(gan.optimal_logit(jnp.log(0.5), jnp.log(0.5)))  # D* = 1/2
+      0.0
     """
     lp = _validate.float_array("log_p_data", log_p_data)
     lq = _validate.float_array("log_p_g", log_p_g)
@@ -495,7 +587,15 @@ def optimal_logit(log_p_data, log_p_g) -> Array:
 
 
 def ring_centers(n_modes: int = 8, radius: float = 2.0, dtype=jnp.float64) -> Array:
-    r"""``(n_modes, 2)`` centres :math:`r(\cos 2\pi k/K, \sin 2\pi k/K)` on a ring."""
+    r"""``(n_modes, 2)`` centres :math:`r(\cos 2\pi k/K, \sin 2\pi k/K)` on a ring.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> c = gan.ring_centers(4, dtype=jnp.float32)
+      >>> c.shape, bool(jnp.allclose(jnp.linalg.norm(c, axis=1), 2.0))
+      ((4, 2), True)
+    """
     n_modes = _validate.count("n_modes", n_modes, 1)
     radius = _validate.positive("radius", radius)
     t = 2 * jnp.pi * jnp.arange(n_modes, dtype=_check_dtype(dtype)) / n_modes
@@ -509,7 +609,15 @@ def _check_mixture(centers, std):
 
 def sample_mixture(centers, std: float, n_samples: int, *, key) -> Array:
     r"""``(n_samples, d)`` draws from :math:`\frac1K\sum_k \mathcal N(\mu_k, \mathrm{std}^2 I)`, ``centers``
-    ``(K, d)``."""
+    ``(K, d)``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> c = gan.ring_centers(4, dtype=jnp.float32)
+      >>> gan.sample_mixture(c, 0.1, 8, key=jax.random.key(0)).shape
+      (8, 2)
+    """
     centers, std = _check_mixture(centers, std)
     n_samples = _validate.count("n_samples", n_samples, 1)
     return _sample_mixture(centers, std, n_samples, key)
@@ -527,6 +635,13 @@ def mixture_log_density(x, centers, std: float) -> Array:
     r""":math:`\ln \frac1K\sum_k \mathcal N(x; \mu_k, \mathrm{std}^2 I)` at rows ``x`` ``(N, d)``: ``(N,)``.
 
     A log-sum-exp over components (:func:`lse_energy.core.logsumexp`), the data's known density.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> c = gan.ring_centers(4, dtype=jnp.float32)
+      >>> gan.mixture_log_density(jnp.zeros((3, 2)), c, 0.1).shape
+      (3,)
     """
     centers, std = _check_mixture(centers, std)
     x = _validate.points("x", x, centers.shape[1], "centers")
@@ -546,6 +661,15 @@ def mode_coverage(samples, centers, std: float, *, n_std: float = 3.0, min_fract
 
     Returns:
       a :class:`Coverage`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import gan
+      >>> c = gan.ring_centers(4, dtype=jnp.float32)
+      >>> x = jnp.repeat(c[:2], 5, axis=0)  # samples on two of the four modes
+      >>> cov = gan.mode_coverage(x, c, 0.1)
+      >>> int(cov.n_covered), float(cov.high_quality)
+      (2, 1.0)
     """
     centers, std = _check_mixture(centers, std)
     samples = _validate.points("samples", samples, centers.shape[1], "centers")

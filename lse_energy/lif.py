@@ -106,6 +106,13 @@ def euler_rate(currents, *, dt: float, tau_rc: float = 0.02, tau_ref: float = 0.
     :math:`k_E = \lceil \ln(1 - J_{th}/J)/\ln(1 - \Delta t/\tau_{RC})\rceil` is the number of
     Euler steps :math:`v_{k+1} = v_k + h(J - v_k)` from :math:`v_0 = 0` to :math:`v_k \ge J_{th}`,
     since :math:`v_k = J(1 - (1-h)^k)`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import lif
+      >>> r = lif.euler_rate(jnp.array([0.5, 2.0]), dt=1e-3)
+      >>> float(r[0]), bool(r[1] > 0)  # silent below threshold
+      (0.0, True)
     """
     j = _validate.float_array("currents", currents)
     tau_rc, tau_ref, threshold = _constants(tau_rc, tau_ref, threshold)
@@ -152,6 +159,13 @@ def simulate(
 
     Returns:
       a :class:`Run`; raises ``ValueError`` if the run became non-finite.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import lif
+      >>> run = lif.simulate(jnp.array([0.5, 2.0]), dt=1e-3, n_steps=100)
+      >>> run.spikes.shape, float(run.rates[0]), bool(run.rates[1] > 0)
+      ((100, 2), 0.0, True)
     """
     j = _validate.array("currents", currents, 1)
     tau_rc, tau_ref, threshold = _constants(tau_rc, tau_ref, threshold)

@@ -217,6 +217,13 @@ def currents(params: Params, x) -> Array:
 
     Returns:
       the ``(M, N)`` currents.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> params = population.init_params(1, 8, key=jax.random.key(0))
+      >>> population.currents(params, jnp.linspace(-1.0, 1.0, 5)).shape
+      (5, 8)
     """
     params = _params(params)
     x = _stimuli("x", x, params.encoders.shape[0])
@@ -233,6 +240,14 @@ def activities(params: Params, x, nonlinearity: Callable) -> Array:
 
     Returns:
       the ``(M, N)`` activities.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> from lse_energy import lif
+      >>> params = population.init_params(1, 8, key=jax.random.key(0))
+      >>> population.activities(params, jnp.linspace(-1.0, 1.0, 5), lif.rate).shape
+      (5, 8)
     """
     _nonlinearity(nonlinearity)
     return nonlinearity(currents(params, x))
@@ -260,6 +275,14 @@ def decoders(activities, targets, sigma) -> Array:
 
     Returns:
       the decoders, ``(N,)`` or ``(N, k)`` like the targets.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> h, t = jnp.eye(4), jnp.arange(4.0)[:, None]
+      >>> d = population.decoders(h, t, 1e-3)  # H = I: D = T / (1 + sigma^2)
+      >>> d.shape, bool(jnp.allclose(d, t, atol=1e-4))
+      ((4, 1), True)
     """
     h, t = _acts_targets(activities, targets)
     sigma = _validate.positive("sigma", sigma)
@@ -269,7 +292,15 @@ def decoders(activities, targets, sigma) -> Array:
 
 
 def decode(activities, decoders) -> Array:
-    r"""The decoded estimate :math:`\hat X = HD` (§26)."""
+    r"""The decoded estimate :math:`\hat X = HD` (§26).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> h, d = jnp.ones((5, 8)), jnp.full((8, 1), 0.25)
+      >>> population.decode(h, d).ravel().tolist()  # 8 x 0.25 = 2
+      [2.0, 2.0, 2.0, 2.0, 2.0]
+    """
     h = _validate.array("activities", activities, 2)
     d = _validate.float_array("decoders", decoders, 1)
     if d.shape[0] != h.shape[1] or d.ndim > 2:
@@ -281,6 +312,13 @@ def decoding_loss(decoders, activities, targets, sigma) -> Array:
     r"""The noise-averaged loss :math:`\frac{1}{2M}(\|HD - T\|_F^2 + M\sigma^2\|D\|_F^2)` (§26).
 
     Its minimiser is :func:`decoders`; with ``sigma = 0`` it is the notes' plain MSE.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> h, t = jnp.eye(4), jnp.arange(4.0)[:, None]
+      >>> float(population.decoding_loss(t, h, t, 0.0))  # exact decoders, no noise
+      0.0
     """
     h, t = _acts_targets(activities, targets)
     sigma = _validate.nonnegative("sigma", sigma)
@@ -290,7 +328,16 @@ def decoding_loss(decoders, activities, targets, sigma) -> Array:
 
 
 def grad_decoding_loss(decoders, activities, targets, sigma) -> Array:
-    r"""Gradient :math:`\frac{1}{M}\big(H^\top(HD - T) + M\sigma^2 D\big)` of :func:`decoding_loss`."""
+    r"""Gradient :math:`\frac{1}{M}\big(H^\top(HD - T) + M\sigma^2 D\big)` of :func:`decoding_loss`.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> h, t = jnp.eye(4), jnp.arange(4.0)[:, None]
+      >>> g = population.grad_decoding_loss(t, h, t, 0.0)  # the minimum
+      >>> g.shape, bool(jnp.allclose(g, 0.0))
+      ((4, 1), True)
+    """
     h, t = _acts_targets(activities, targets)
     sigma = _validate.nonnegative("sigma", sigma)
     d = jnp.asarray(decoders)
@@ -307,6 +354,14 @@ def connection_weights(decoders, post: Params) -> Array:
 
     Returns:
       the ``(N_A, N_B)`` weights, of rank at most ``d_B``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> post = population.init_params(1, 6, key=jax.random.key(1))
+      >>> w = population.connection_weights(jnp.ones((8, 1)), post)  # D: (N_A, d)
+      >>> w.shape  # (N_A, N_B)
+      (8, 6)
     """
     post = _params(post)
     d = _validate.float_array("decoders", decoders, 1)
@@ -318,7 +373,19 @@ def connection_weights(decoders, post: Params) -> Array:
 
 
 def feedforward(pre_activities, weights, post: Params, nonlinearity: Callable) -> Array:
-    r"""B's activities :math:`G(\alpha_B \odot (H_A W) + \beta_B)` driven through ``weights`` (§27)."""
+    r"""B's activities :math:`G(\alpha_B \odot (H_A W) + \beta_B)` driven through ``weights`` (§27).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> from lse_energy import lif
+      >>> pre = population.init_params(1, 8, key=jax.random.key(0))
+      >>> post = population.init_params(1, 6, key=jax.random.key(1))
+      >>> h = population.activities(pre, jnp.linspace(-1.0, 1.0, 5), lif.rate)
+      >>> w = population.connection_weights(jnp.zeros((8, 1)), post)
+      >>> population.feedforward(h, w, post, lif.rate).shape
+      (5, 6)
+    """
     post = _params(post)
     h = _validate.array("pre_activities", pre_activities, 2)
     w = _validate.matrix("weights", weights, post.encoders.shape[1], "N_post")
@@ -341,6 +408,15 @@ def nef_matrices(a, b, tau) -> tuple[Array, Array]:
 
     Returns:
       the pair ``(A', B')``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> a_prime, b_prime = population.nef_matrices(
+      ...     jnp.zeros((1, 1)), jnp.ones((1, 1)), 0.1
+      ... )
+      >>> a_prime.tolist(), round(float(b_prime[0, 0]), 3)  # I and tau B
+      ([[1.0]], 0.1)
     """
     a = _validate.array("a", a, 2)
     if a.shape[0] != a.shape[1]:
@@ -403,6 +479,33 @@ def simulate(
 
     Returns:
       a :class:`Trajectory`; raises ``ValueError`` if the run became non-finite.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> from lse_energy import lif
+      >>> params = population.init_params(1, 16, key=jax.random.key(0))
+      >>> x = jnp.linspace(-1.0, 1.0, 20)
+      >>> dec = population.decoders(
+      ...     population.activities(params, x, lif.rate), x[:, None], 0.1
+      ... )
+      >>> a_prime, b_prime = population.nef_matrices(
+      ...     jnp.zeros((1, 1)), jnp.eye(1), 0.1
+      ... )
+      >>> u = jnp.zeros((5, 1))
+      >>> run = population.simulate(
+      ...     params,
+      ...     lif.rate,
+      ...     dec,
+      ...     a_prime,
+      ...     b_prime,
+      ...     u,
+      ...     jnp.zeros(1),
+      ...     tau=0.1,
+      ...     dt=0.01,
+      ... )
+      >>> jax.tree.map(jnp.shape, run)
+      Trajectory(y=(6, 1), decoded=(6, 1))
     """
     params = _params(params)
     _nonlinearity(nonlinearity)
@@ -524,6 +627,14 @@ def grad_energy(counts, expected_counts) -> Array:
 
     The softmax-weighted sum of the similarity gradients :math:`\partial\,\mathrm{sim}/\partial n
     = \ln F_j` (eq. (4) of Tschantz 2025), with a minus sign.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> expected = jnp.ones((2, 3))
+      >>> counts = jnp.array([[2.0, 0.0, 1.0], [1.0, 1.0, 1.0]])
+      >>> population.grad_energy(counts, expected).shape
+      (2, 3)
     """
     n, f = _counts_rates(counts, expected_counts)
     return -(posterior(n, f) @ jnp.log(f))
@@ -531,7 +642,16 @@ def grad_energy(counts, expected_counts) -> Array:
 
 def posterior(counts, expected_counts) -> Array:
     r"""The posterior :math:`p(s_j \mid n) = \mathrm{softmax}_j\, \mathrm{sim}(n, s_j)` over the grid (uniform
-    prior)."""
+    prior).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> expected = jnp.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])
+      >>> p = population.posterior(jnp.ones((4, 3)), expected)
+      >>> p.shape, bool(jnp.allclose(p.sum(-1), 1.0))
+      ((4, 2), True)
+    """
     s = sim(counts, expected_counts)
     w = core.weights(s if s.ndim == 2 else s[None])
     return w if s.ndim == 2 else w[0]
@@ -541,6 +661,14 @@ def log_evidence(counts, expected_counts) -> Array:
     r"""Total log-evidence :math:`\sum_m \ln \frac{1}{G}\sum_j \prod_i \mathrm{Poisson}(n_{mi}; F_{ji})`.
 
     Equal to :math:`-E - \sum_{m,i}\ln n_{mi}! - M \ln G` (:func:`energy`).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> expected = jnp.ones((2, 3))
+      >>> counts = jnp.zeros((1, 3))  # no spikes: 3 Poisson(0; 1) = e^-3
+      >>> round(float(population.log_evidence(counts, expected)), 3)
+      -3.0
     """
     n, f = _counts_rates(counts, expected_counts)
     n2 = n if n.ndim == 2 else n[None]
@@ -559,6 +687,15 @@ def bayes_decode(counts, expected_counts, grid) -> Array:
 
     Returns:
       the estimates, shaped like ``counts`` with the neuron axis replaced by the grid's feature axis.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import population
+      >>> expected = jnp.array([[1.0, 1.0, 1.0], [2.0, 2.0, 2.0]])  # two stimuli
+      >>> grid = jnp.array([-1.0, 1.0])
+      >>> s = population.bayes_decode(jnp.ones((4, 3)), expected, grid)
+      >>> s.shape, bool(jnp.all((s > -1) & (s < 1)))
+      ((4,), True)
     """
     n, f = _counts_rates(counts, expected_counts)
     g = _validate.float_array("grid", grid, 1)

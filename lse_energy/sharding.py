@@ -89,6 +89,12 @@ def data_mesh(n_devices: int | None = None, axis: str = "data") -> Mesh:
 
     Returns:
       ``Mesh`` of shape ``(n_devices,)``.
+
+    Examples:
+      >>> from lse_energy import sharding
+      >>> mesh = sharding.data_mesh(1)
+      >>> mesh.axis_names, mesh.size
+      (('data',), 1)
     """
     devices = jax.devices()
     n = len(devices) if n_devices is None else operator.index(n_devices)
@@ -232,6 +238,14 @@ def shard_rows(a, mesh: Mesh):
     Returns:
       ``(a_padded, valid)``: the sharded ``(N_pad, ...)`` array and a sharded
       ``(N_pad,)`` array that is 1 on the real rows and 0 on the padding.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import sharding
+      >>> mesh = sharding.data_mesh(1)
+      >>> a, valid = sharding.shard_rows(jnp.ones((5, 2)), mesh)
+      >>> a.shape, valid.tolist()
+      ((5, 2), [1.0, 1.0, 1.0, 1.0, 1.0])
     """
     axis = _axis(mesh)
     n_dev = mesh.devices.size
@@ -317,6 +331,16 @@ def sharded_em_step(params: gmm.Params, x, mesh: Mesh, *, reg_covar: float = 0.0
       ``gmm.em_step(params, x, reg_covar=reg_covar)`` up to summation order,
       and valid as the next call's ``params``: with several processes as
       uncommitted process-local arrays, with one replicated on ``mesh``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import sharding
+      >>> from lse_energy import gmm
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> params = gmm.init_params(x, 2, key=jax.random.key(1))
+      >>> new = sharding.sharded_em_step(params, x, sharding.data_mesh(1))
+      >>> bool(jnp.allclose(new.means, gmm.em_step(params, x).means, atol=1e-5))
+      True
     """
     if not _multiprocess():
         params = gmm.check_params(params)
@@ -376,6 +400,16 @@ def sharded_fit(
     Raises:
       ValueError: as :func:`lse_energy.gmm.fit`, also when a covariance stops
         being positive definite (naming the component and the iteration).
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import sharding
+      >>> x = jax.random.normal(jax.random.key(0), (10, 2))
+      >>> res = sharding.sharded_fit(
+      ...     x, 2, sharding.data_mesh(1), key=jax.random.key(1), max_iter=3
+      ... )
+      >>> res.params.means.shape, res.n_iter <= 3
+      ((2, 2), True)
     """
     if _multiprocess() or chunk_rows is not None or _rows.is_streamed(x):
         stream = _sharded_stream(x, mesh, chunk_rows)
@@ -465,6 +499,15 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
       With several processes these are uncommitted process-local arrays: a
       loop passes its own rows of the states (``states[offset:offset + n]``)
       back as the next call's ``queries``, or the states as ``memories``.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import sharding
+      >>> memories = jnp.eye(3)
+      >>> q = jnp.array([[0.6, 0.4, 0.0]])
+      >>> x = sharding.sharded_retrieve(memories, q, sharding.data_mesh(1), beta=20.0)
+      >>> bool(jnp.allclose(x, memories[0], atol=1e-3))
+      True
     """
     error = None
     try:
