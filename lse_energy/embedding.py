@@ -732,8 +732,9 @@ def analogy(emb, a, b, c) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import embedding
       >>> emb = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0]])
-      >>> embedding.analogy(emb, 0, 1, 2).tolist()  # 1 - 0 + 2 points at 3
-      [3]
+      >>> a, b, c = jnp.array([0, 1]), jnp.array([1, 0]), jnp.array([2, 3])
+      >>> embedding.analogy(emb, a, b, c).tolist()  # two queries
+      [3, 2]
     """
     emb = _validate.points("emb", emb)
     n = emb.shape[0]
