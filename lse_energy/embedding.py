@@ -628,8 +628,9 @@ def ring_transition(n_vocab: int, stay: float = 0.0, dtype=None) -> Array:
 
     Examples:
       >>> from lse_energy import embedding
-      >>> embedding.ring_transition(4).tolist()
-      [[0.0, 0.5, 0.0, 0.5], [0.5, 0.0, 0.5, 0.0], [0.0, 0.5, 0.0, 0.5], [0.5, 0.0, 0.5, 0.0]]
+      >>> t = embedding.ring_transition(4)
+      >>> t.shape, t[0].tolist()  # token 0 steps to its two neighbours
+      ((4, 4), [0.0, 0.5, 0.0, 0.5])
     """
     n_vocab = _validate.count("n_vocab", n_vocab, 3)
     stay = _validate.nonnegative("stay", stay)
