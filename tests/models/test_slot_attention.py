@@ -362,7 +362,9 @@ def test_init_slots_farthest_point():
 
 def test_validation_errors():
     params, x, mu = problem(0)
-    with pytest.raises(ValueError, match="mu must have 2 dimensions"):
+    with pytest.raises(
+        ValueError, match=r"mu must have shape \(n, d_slot = params.w_q.shape\[1\]\) with n >= 1; got \(3,\)"
+    ):
         sa.grad_mu(params, x, mu[0])
     with pytest.raises(ValueError, match="n_steps"):
         sa.e_step(params, x, mu, n_steps=0)
