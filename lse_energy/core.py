@@ -41,7 +41,7 @@ __all__ = [
     "EnergyTerm",
     "sim_matrix",
     "graph_energy",
-    "grad_graph",
+    "grad_graph_energy_nodes",
     "grad_graph_terms",
     "GradientTerms",
     "softmax_average",
@@ -299,6 +299,7 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
       >>> out.shape, bool(jnp.allclose(out, 1.5))
       ((2, 1), True)
     """
+    block = _validate.count("block", block)
     n_q = q.shape[-2]
     if (
         bias is not None
@@ -507,7 +508,7 @@ def grad_graph_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
     return GradientTerms(child=child, parent=parent)
 
 
-def grad_graph(terms: Sequence[EnergyTerm], nodes) -> Array:
+def grad_graph_energy_nodes(terms: Sequence[EnergyTerm], nodes) -> Array:
     r""":math:`\partial E / \partial v` for every node, assembled by eq. (4).
 
     Equals ``jax.grad(graph_energy, argnums=1)(terms, nodes)``; it is computed
@@ -521,7 +522,7 @@ def grad_graph(terms: Sequence[EnergyTerm], nodes) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import core
       >>> term = core.EnergyTerm(children=[0], parents=[1, 2], sim=jnp.dot)
-      >>> core.grad_graph([term], jnp.ones((3, 2))).shape
+      >>> core.grad_graph_energy_nodes([term], jnp.ones((3, 2))).shape
       (3, 2)
     """
     parts = grad_graph_terms(terms, nodes)
@@ -550,6 +551,7 @@ def random_normal(key: jax.Array, shape: Sequence[int] = (), dtype=None) -> jax.
       >>> z.shape, bool(jnp.allclose(z, jax.random.normal(key, (2, 3))))
       ((2, 3), True)
     """
+    _validate.key("key", key)
     return _flat_draw(jax.random.normal, key, shape, () if dtype is None else (dtype,))
 
 
@@ -565,6 +567,7 @@ def random_uniform(key: jax.Array, shape: Sequence[int] = (), dtype=None, minval
       >>> u.shape, bool(jnp.all((u >= 2.0) & (u < 3.0)))
       ((4,), True)
     """
+    _validate.key("key", key)
     if np.ndim(minval) or np.ndim(maxval):
         return jax.random.uniform(key, shape, *(() if dtype is None else (dtype,)), minval=minval, maxval=maxval)
     return _flat_draw(jax.random.uniform, key, shape, () if dtype is None else (dtype,), minval=minval, maxval=maxval)
@@ -594,6 +597,7 @@ def prefix_stable(key) -> bool:
       >>> isinstance(core.prefix_stable(jax.random.key(0)), bool)
       True
     """
+    _validate.key("key", key)
     if not jax.config.jax_threefry_partitionable:
         return False
     try:

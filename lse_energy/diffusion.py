@@ -187,9 +187,7 @@ def linear_schedule(n_steps: int = 1000, beta_start: float = 1e-4, beta_end: flo
       ((10,), True)
     """
     n_steps = _validate.count("n_steps", n_steps, 1)
-    for name, v in (("beta_start", beta_start), ("beta_end", beta_end)):
-        if not np.isfinite(v) or not 0 < v < 1:
-            raise ValueError(f"{name} must lie in (0, 1); got {v!r}")
+    beta_start, beta_end = _validate.open_unit("beta_start", beta_start), _validate.open_unit("beta_end", beta_end)
     return make_schedule(jnp.linspace(beta_start, beta_end, n_steps, dtype=jnp.result_type(float)))
 
 
@@ -252,6 +250,7 @@ def q_sample(schedule, x0, t, *, key):
       >>> xt.shape, eps.shape
       ((3, 2), (3, 2))
     """
+    _validate.key("key", key)
     mean, var = forward_marginal(schedule, x0, t)
     eps = core.random_normal(key, mean.shape, mean.dtype)
     return mean + jnp.sqrt(var)[:, None] * eps, eps
@@ -277,6 +276,7 @@ def q_step(schedule, x_prev, t, *, key):
       >>> diffusion.q_step(s, jnp.ones((3, 2)), 1, key=jax.random.key(0)).shape
       (3, 2)
     """
+    _validate.key("key", key)
     schedule = _check_schedule(schedule)
     x_prev = _validate.points("x_prev", x_prev)
     t = _validate.time_steps(t, schedule.betas.shape[0], x_prev.shape[0])
@@ -386,8 +386,7 @@ def sigmas(schedule, kind: str = "beta") -> Array:
       ((10,), True)
     """
     schedule = _check_schedule(schedule)
-    if kind not in _SIGMA_KINDS:
-        raise ValueError(f"kind must be one of {_SIGMA_KINDS}; got {kind!r}")
+    _validate.choice("kind", kind, _SIGMA_KINDS)
     return _sigmas(schedule, kind)
 
 
@@ -517,6 +516,7 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
       >>> loss.shape, bool(loss > 0)
       ((), True)
     """
+    _validate.key("key", key)
     schedule, x0 = _check_loss(eps_fn, schedule, x0)
     kt, ke = jax.random.split(key)
     t = jax.random.randint(kt, (x0.shape[0],), 1, schedule.betas.shape[0] + 1)
@@ -803,13 +803,13 @@ def sample(
       >>> diffusion.sample(eps_fn, None, s, 3, 2, key=jax.random.key(0)).shape
       (3, 2)
     """
+    _validate.key("key", key)
     schedule = _check_schedule(schedule)
     if not callable(eps_fn):
         raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
     n_samples = _validate.count("n_samples", n_samples, 1)
     dim = _validate.count("dim", dim, 1)
-    if sigma not in _SIGMA_KINDS:
-        raise ValueError(f"sigma must be one of {_SIGMA_KINDS}; got {sigma!r}")
+    _validate.choice("sigma", sigma, _SIGMA_KINDS)
     return _sample(eps_fn, params, schedule, key, (n_samples, dim), sigma, bool(return_path))
 
 
@@ -846,6 +846,7 @@ def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta", re
       >>> diffusion.ideal_sample(data, s, 3, key=jax.random.key(0)).shape
       (3, 2)
     """
+    _validate.key("key", key)
     data = _validate.points("data", data)
     return sample(
         _ideal_eps_inner, data, schedule, n_samples, data.shape[1], key=key, sigma=sigma, return_path=return_path

@@ -70,7 +70,7 @@ __all__ = [
     "grad_memories",
     "regularised_energy",
     "regularised_energies",
-    "grad_queries_regularised",
+    "grad_regularised_energy_queries",
     "cccp_surrogate",
     "update",
     "retrieve",
@@ -165,6 +165,9 @@ def grad_queries(memories, queries, *, beta=1.0) -> Array:
     Eq. (10) is correct as printed (at :math:`\beta = 1`); the :math:`1/\beta`
     scaling of the energy cancels the :math:`\beta` of the chain rule.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       ``(N, d)`` gradient of :func:`energy` with respect to ``queries``.
 
@@ -194,6 +197,9 @@ def grad_memories(memories, queries, *, beta=1.0) -> Array:
     :func:`regularised_energy` does not involve the memories, so this is also
     the gradient of the regularised energy.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       ``(K, d)`` gradient of :func:`energy` with respect to ``memories``.
 
@@ -216,6 +222,9 @@ def regularised_energies(memories, queries, *, beta=1.0) -> Array:
 
         e_i = -\frac{1}{\beta} \ln \sum_\mu \exp(\beta\, x_i^\top m_\mu)
               + \frac12 \|x_i\|^2 .
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(N,)`` array.
@@ -251,6 +260,9 @@ def regularised_energy(memories, queries, *, beta=1.0) -> Array:
     Ramsauer et al. (2021) without its additive constants; :func:`update` is
     its CCCP step.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       Scalar energy.
 
@@ -265,13 +277,16 @@ def regularised_energy(memories, queries, *, beta=1.0) -> Array:
     return energy(memories, queries, beta=beta) + 0.5 * jnp.sum(queries**2)
 
 
-def grad_queries_regularised(memories, queries, *, beta=1.0) -> Array:
+def grad_regularised_energy_queries(memories, queries, *, beta=1.0) -> Array:
     r""":math:`\partial E^{\mathrm{reg}}_\beta / \partial x_i = x_i - \sum_\mu \mathrm{softmax}_\mu(\beta x_i^\top
     m_\mu)\, m_\mu`.
 
     Eq. (10) plus the gradient :math:`x_i` of the node potential. Hence
-    :func:`update` is ``queries - grad_queries_regularised(...)``: a gradient
+    :func:`update` is ``queries - grad_regularised_energy_queries(...)``: a gradient
     step of unit size on the regularised energy.
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(N, d)``.
@@ -280,7 +295,7 @@ def grad_queries_regularised(memories, queries, *, beta=1.0) -> Array:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import hopfield
       >>> memories, queries = jnp.eye(3), jnp.eye(3)[:2]
-      >>> hopfield.grad_queries_regularised(memories, queries, beta=8.0).shape
+      >>> hopfield.grad_regularised_energy_queries(memories, queries, beta=8.0).shape
       (2, 3)
     """
     return queries + grad_queries(memories, queries, beta=beta)

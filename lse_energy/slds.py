@@ -60,7 +60,7 @@ __all__ = [
     "responsibilities",
     "grad_next",
     "grad_prev",
-    "grad_trajectory",
+    "grad_x",
     "grad_A",
     "grad_b",
     "covariance_penalty",
@@ -334,7 +334,7 @@ def grad_prev(params: Params, x, *, normalised: bool = True) -> Array:
     return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
 
 
-def grad_trajectory(params: Params, x, *, normalised: bool = True) -> Array:
+def grad_x(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Full :math:`\partial E / \partial x_t` for every state: eq. (4) with both roles.
 
     An interior state is the child of term :math:`t-1` and a parent in term
@@ -357,7 +357,7 @@ def grad_trajectory(params: Params, x, *, normalised: bool = True) -> Array:
       >>> from lse_energy import slds
       >>> x = jnp.cumsum(jax.random.normal(jax.random.key(0), (6, 2)), axis=0)
       >>> params = slds.init_params(x, 2, key=jax.random.key(1))
-      >>> slds.grad_trajectory(params, x).shape
+      >>> slds.grad_x(params, x).shape
       (6, 2)
     """
     x = _check_x(x)
@@ -606,6 +606,7 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
       >>> params.weights.shape, params.A.shape, params.b.shape
       ((2,), (2, 2, 2), (2, 2))
     """
+    _validate.key("key", key)
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
     _validate.count("n_components", n_components, 1)
@@ -700,6 +701,7 @@ def fit(
       >>> bool(result.energies[-1] <= result.energies[0])
       True
     """
+    _validate.key("key", key)
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
     _validate.count("n_components", n_components, 1)
@@ -776,6 +778,7 @@ def sample(params: Params, x0, n_steps: int, *, key):
       >>> jax.tree.map(jnp.shape, out)
       ((6, 2), (5,))
     """
+    _validate.key("key", key)
     x0 = _validate.array("x0", x0, 1)
     params = _check_params(params, x0.shape[0])
     n_steps = _validate.count("n_steps", n_steps, 1)
@@ -877,7 +880,7 @@ def impute(params: Params, x, missing, *, n_steps: int = 200, step_size=None, no
 
     The states are nodes of the energy graph like any other: the update is
     :math:`x_t \leftarrow x_t - \eta\, \partial E/\partial x_t` with the full
-    (child + parent) gradient of :func:`grad_trajectory`, applied only at the
+    (child + parent) gradient of :func:`grad_x`, applied only at the
     missing steps; observed states stay fixed. The values of ``x`` at the
     missing steps are the starting point.
 

@@ -30,7 +30,7 @@ parents (the KL term is the closed form :func:`gaussian_kl`). With a Gaussian-mi
 :math:`p(z) = \sum_k \pi_k \mathcal N(z; m_k, S_k)` (:class:`MixturePrior`, diagonal :math:`S_k`), the prior term of
 the loss is exactly the book's energy with the latent codes as *children* and the mixture components as *parents*,
 :math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, S_k)` (:func:`sim`, :func:`energy`), and its
-gradient is the softmax-weighted sum of sim-gradients (:func:`grad_energy`). This is the GMM energy of chapter 02
+gradient is the softmax-weighted sum of sim-gradients (:func:`grad_prior_z`). This is the GMM energy of chapter 02
 applied to the codes; it is computed here with :func:`lse_energy.core.energy`, not through ``lse_energy.gmm``.
 
 On the notes as transcribed: §21 writes :math:`p(x) = \mathbb E_{z\sim q}[p(x|z)]` and inserts :math:`q(z)/q(z)`;
@@ -68,7 +68,7 @@ __all__ = [
     "encode",
     "fit",
     "gaussian_kl",
-    "grad_energy",
+    "grad_prior_z",
     "init_params",
     "init_prior",
     "iwae",
@@ -175,8 +175,7 @@ def _check_params(params) -> Params:
 
 
 def _check_decoder(decoder: str) -> str:
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {DECODERS}; got {decoder!r}")
+    _validate.choice("decoder", decoder, DECODERS)
     return decoder
 
 
@@ -194,14 +193,6 @@ def _check_unit_data(x) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _float_dtype(dtype):
-    """``dtype``, or the default floating dtype when it is None; ValueError if it is not floating."""
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
-    return dtype
-
-
 def init_params(
     n_visible: int, n_latent: int, n_hidden: int, *, key, n_components: int | None = None, dtype=None
 ) -> Params:
@@ -217,10 +208,11 @@ def init_params(
       >>> params.enc_W.shape, params.mu_W.shape, params.prior is None
       ((6, 4), (4, 2), True)
     """
+    _validate.key("key", key)
     d_x = _validate.count("n_visible", n_visible)
     d_z = _validate.count("n_latent", n_latent)
     H = _validate.count("n_hidden", n_hidden)
-    dtype = jnp.dtype(_float_dtype(dtype))
+    dtype = _validate.float_dtype("dtype", dtype)
     K = None if n_components is None else _validate.count("n_components", n_components)
     return _init_params(key, d_x, d_z, H, K, dtype)
 
@@ -264,10 +256,11 @@ def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dty
       >>> prior.means.shape, bool(jnp.allclose(jax.nn.softmax(prior.logits), 1 / 3))
       ((3, 2), True)
     """
+    _validate.key("key", key)
     K = _validate.count("n_components", n_components)
     d_z = _validate.count("n_latent", n_latent)
     scale = _validate.positive("scale", scale)
-    return _prior(key, K, d_z, scale, _float_dtype(dtype))
+    return _prior(key, K, d_z, scale, _validate.float_dtype("dtype", dtype))
 
 
 def _prior(key, K, d_z, scale, dtype) -> MixturePrior:
@@ -481,7 +474,7 @@ def _log_std_normal(z):
     return -0.5 * jnp.sum(z**2, axis=-1) - 0.5 * z.shape[-1] * _LOG_2PI
 
 
-def grad_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
+def grad_prior_z(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
     r"""Analytic gradients of :func:`energy`: softmax-weighted sums of sim-gradients (eq. 4 of the book).
 
     With :math:`w_{nk}` the responsibilities and :math:`r_{nk} = (z_n - m_k)/s_k` (per coordinate),
@@ -500,7 +493,7 @@ def grad_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
       >>> import jax, jax.numpy as jnp
       >>> from lse_energy import vae
       >>> prior = vae.init_prior(3, 2, key=jax.random.key(0))
-      >>> g_prior, g_z = vae.grad_energy(prior, jnp.ones((4, 2)))
+      >>> g_prior, g_z = vae.grad_prior_z(prior, jnp.ones((4, 2)))
       >>> g_prior.means.shape, g_z.shape
       ((3, 2), (4, 2))
     """
@@ -617,6 +610,7 @@ def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoull
       >>> e.shape, bool(jnp.all(e < 0))  # a bound on ln p(x) of binary data
       ((3,), True)
     """
+    _validate.key("key", key)
     n = _validate.count("n_samples", n_samples)
     params = _check_params(params)
     x = _check_x(x, params.enc_W.shape[0])
@@ -634,6 +628,7 @@ def iwae(params: Params, x, *, key, n_samples: int, decoder: str = "bernoulli", 
       >>> vae.iwae(params, x, key=jax.random.key(2), n_samples=4).shape
       (3,)
     """
+    _validate.key("key", key)
     n = _validate.count("n_samples", n_samples)
     params = _check_params(params)
     x = _check_x(x, params.enc_W.shape[0])
@@ -817,6 +812,7 @@ def fit(
       >>> r.params.prior.means.shape, r.energies.shape
       ((3, 2), (2,))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     decoder = _check_decoder(decoder)
     x = _check_x(x, params.enc_W.shape[0])

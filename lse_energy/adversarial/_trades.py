@@ -111,7 +111,7 @@ def binary_trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Arr
     return _binary_trades(params, x, y.astype(x.dtype), x_adv, trades_weight)
 
 
-def grad_binary_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
+def grad_binary_trades_loss_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
     r"""Parameter gradient of :func:`binary_trades_loss` with :math:`X'` fixed.
 
     With :math:`g'(u) = -\sigma(-u)` (minus the softmax weight of the parent
@@ -125,7 +125,7 @@ def grad_binary_trades_params(params: Params, x, y, x_adv, trades_weight: float)
       >>> from lse_energy import adversarial
       >>> params = adversarial.init_params(4, 3, 1, key=jax.random.key(0))
       >>> x, y = jnp.ones((4, 4)), jnp.array([1, -1, 1, -1])
-      >>> g = adversarial.grad_binary_trades_params(params, x, y, x + 0.1, 1.0)
+      >>> g = adversarial.grad_binary_trades_loss_params(params, x, y, x + 0.1, 1.0)
       >>> g.W1.shape, g.W2.shape
       ((4, 3), (3, 1))
     """
@@ -193,7 +193,7 @@ def trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Array:
     return _trades(params, x, y, x_adv, trades_weight)
 
 
-def grad_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
+def grad_trades_loss_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
     r"""Parameter gradient of :func:`trades_loss` with :math:`X'` fixed.
 
     With :math:`p = \operatorname{softmax} z`, :math:`q = \operatorname{softmax} z'`
@@ -208,7 +208,7 @@ def grad_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Par
       >>> from lse_energy import adversarial
       >>> params = adversarial.init_params(4, 3, 3, key=jax.random.key(0))
       >>> x, y = jnp.ones((4, 4)), jnp.array([0, 1, 2, 0])
-      >>> g = adversarial.grad_trades_params(params, x, y, x + 0.1, 1.0)
+      >>> g = adversarial.grad_trades_loss_params(params, x, y, x + 0.1, 1.0)
       >>> g.W2.shape
       (3, 3)
     """
@@ -259,6 +259,7 @@ def inner_maximize(
       >>> out.x_adv.shape, bool(jnp.max(jnp.abs(out.x_adv - x)) <= 0.1 + 1e-6)
       ((5, 4), True)
     """
+    _validate.key("key", key)
     params = _check_params(params)
     x = _check_x(params, x)
     box = _check_box(box)
@@ -424,6 +425,7 @@ def fit(
       >>> result.energies.shape, result.extras.batch_losses.shape
       ((2,), (2, 2))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     x = _check_x(params, x)
     y = _check_y(params, y, x.shape[0])
@@ -434,8 +436,7 @@ def fit(
     step_size = epsilon / 4 if step_size is None else _validate.positive("step_size", step_size)
     box = _check_box(box)
     _check_in_box(x, box)
-    if defence not in ("trades", "augment"):
-        raise ValueError(f"defence must be 'trades' or 'augment'; got {defence!r}")
+    _validate.choice("defence", defence, ("trades", "augment"))
     if opt_state is None:
         opt_state = optimizer.init(params)
     dt = x.dtype
