@@ -531,6 +531,3 @@ def em(
 def restart_keys(key, n_init: int):
     """The keys of ``n_init`` restarts: ``key[None]`` for one (the fit's own key), else ``split(key, n_init)``."""
     return key[None] if n_init == 1 else jax.random.split(key, n_init)
-
-
-__all__ = ["Static", "fingerprint", "step", "scan", "record", "minibatch", "steps", "em", "em_run", "em_loop"]

@@ -441,7 +441,7 @@ def fit(
     Args:
       params: initial :class:`Params` (cast to ``x``'s dtype).
       x: ``(N, d)`` training data.
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_steps: number of steps, integer ``>= 1``.
       activation: the encoder nonlinearity, one of :data:`ACTIVATIONS`.
       opt_state: optimizer state from a previous call, or ``None`` to initialise it.

@@ -697,7 +697,7 @@ def fit(
     Args:
       params: initial :class:`Params`.
       x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts :math:`N_{co}` (:func:`cooccurrence`).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_steps: number of optimizer steps, ``>= 1``.
       objective: ``"softmax"`` or ``"negative"``.
       n_negatives: :math:`k`, the negatives per pair (``"negative"`` only), ``>= 1``.

@@ -621,7 +621,7 @@ def fit(
       y: ``(N, n_L)`` targets (clamped at the top), e.g. one-hot labels.
       precisions: ``(L,)``, see :func:`errors`.
       key: PRNG key for the shuffling (keyword-only).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs, n_infer_steps: integers ``>= 1``.
       batch_size: integer in ``[1, N]``.
       step_size: inference step :math:`\eta > 0`.

@@ -739,7 +739,7 @@ def fit(
       params: initial :class:`Params` (e.g. from :func:`init_params`).
       x: ``(N, n_visible)`` binary data.
       key: a ``jax.random`` key (shuffling and Gibbs sampling).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs, batch_size, n_gibbs_steps: integers ``>= 1``; ``batch_size <= N``.
       monitor: compute the per-epoch diagnostics (``energies``, the reconstruction error), a
         pass over all of ``x`` per epoch that costs about twice the epoch in float64 (18k x 64

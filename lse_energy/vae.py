@@ -631,7 +631,7 @@ def fit(
       params: initial :class:`Params`.
       x: ``(N, d_x)`` data; in :math:`[0, 1]` for the Bernoulli decoder.
       key: PRNG key (shuffling and codes; keyword-only).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
       decoder: ``"bernoulli"`` or ``"gaussian"``.
       obs_scale: the Gaussian decoder's :math:`\sigma` (ignored by the Bernoulli decoder).

@@ -297,7 +297,7 @@ def fit(
       x: ``(N, d)`` inputs; y: ``(N,)`` integer labels (the notes' :math:`t`, or :math:`T`
         for a binary model).
       key: PRNG key (keyword-only).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
       trades_weight: the TRADES weight, the notes' (and Zhang et al.'s) :math:`\beta \ge 0`.
       epsilon, n_inner_steps, step_size, box: the inner maximisation (unused at
