@@ -311,25 +311,35 @@ def minibatch(
     _used("minibatch")
     if opt_state is None:
         opt_state = optimizer.init(params)
+    hooks = _minibatch_static(value_and_grad, optimizer, n_epochs, batch_size, batch_keys, permutation, epoch_end)
     with _progress.bar(progress, n_epochs, where) as every:
-        p, s, values, ends = _minibatch_jit(
-            params,
-            opt_state,
-            data,
-            key,
-            args,
-            value_and_grad=Static(value_and_grad),
-            optimizer=Static(optimizer),
-            n_epochs=n_epochs,
-            batch_size=batch_size,
-            batch_keys=Static(batch_keys if batch_keys else None),
-            permutation=Static(permutation),
-            epoch_end=Static(epoch_end),
-            report_every=every,
-        )
+        p, s, values, ends = _minibatch_jit(params, opt_state, data, key, args, **hooks, report_every=every)
         jax.block_until_ready(p)
     energies, extras, trace = result(s, values, ends)
     return _finish(where, p, energies, n_epochs, None, extras, trace, hint)
+
+
+def _minibatch_static(value_and_grad, optimizer, n_epochs, batch_size, batch_keys, permutation, epoch_end):
+    return dict(
+        value_and_grad=Static(value_and_grad),
+        optimizer=Static(optimizer),
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        batch_keys=Static(batch_keys if batch_keys else None),
+        permutation=Static(permutation),
+        epoch_end=Static(epoch_end),
+    )
+
+
+def lower_minibatch(
+    value_and_grad, params, data, *, key, optimizer, n_epochs, batch_size, args=None, opt_state=None,
+    batch_keys=False, permutation=None, epoch_end=None,
+):  # fmt: skip
+    """The program :func:`minibatch` runs, lowered (``.compile().as_text()`` for a profile); no progress bar."""
+    if opt_state is None:
+        opt_state = optimizer.init(params)
+    hooks = _minibatch_static(value_and_grad, optimizer, n_epochs, batch_size, batch_keys, permutation, epoch_end)
+    return _minibatch_jit.lower(params, opt_state, data, key, args, **hooks, report_every=0)
 
 
 # ---------------------------------------------------------------------------

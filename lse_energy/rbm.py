@@ -677,11 +677,8 @@ def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
 
 
 def _value_and_grad(p, batch, args, k):
-    # one minibatch of the driver (_descent.minibatch): no loss, the CD-k estimate negated (optax descends; CD is an
-    # ascent direction, the estimate of -d ln p / d theta)
-    batch, keys = batch
-    g = _cd_gradient(p.W, p.b, p.c, batch, keys, k)
-    return None, jax.tree_util.tree_map(jnp.negative, g)
+    # a minibatch of _descent.minibatch: no loss; optax descends, so -CD-k (CD-k estimates +d ln p / d theta)
+    return None, jax.tree_util.tree_map(jnp.negative, _cd_gradient(p.W, p.b, p.c, *batch, k))
 
 
 def _batch_keys(keys, args, k, bits, shape):
@@ -701,18 +698,24 @@ def _epoch_end(p, values, data, args):
 
 
 def _result(opt_state, values, ends):
-    err, fe = (None, None) if ends is None else ends
+    err, fe = ends or (None, None)
     return fe, FitExtras(reconstruction_error=err, opt_state=opt_state), fe
 
 
-def _driver(shape, batch_size, k, monitor, bits):
-    # the hooks of fit's _descent.minibatch call (also for _lower)
+def _driver(shape, batch_size, k, monitor, bits):  # the hooks of fit's _descent.minibatch call (and _lower's)
     return dict(
         value_and_grad=partial(_value_and_grad, k=k),
         batch_keys=partial(_batch_keys, k=k, bits=bits, shape=(batch_size, *shape)),
         permutation=_permutation,
         epoch_end=_epoch_end if monitor else None,
     )
+
+
+def _lower(params, opt_state, x, key, optimizer, n_epochs, batch_size, k, monitor=True, bits=0):
+    # fit's compiled program, lowered (the benchmarks profile it)
+    hooks = _driver(params.W.shape, batch_size, k, monitor, bits)
+    return _descent.lower_minibatch(params=params, data=x, key=key, optimizer=optimizer, opt_state=opt_state, **hooks,
+                                    n_epochs=n_epochs, batch_size=batch_size)  # fmt: skip
 
 
 def fit(
