@@ -71,7 +71,7 @@ def _cases():
         ),
         "gan.fit": lambda o: gan.fit(p["gan"], ring, key=key, d_optimizer=o, g_optimizer=o, n_steps=100, batch_size=64),
         "mixture_pc.fit": lambda o: mixture_pc.fit(
-            p["mixture_pc"], x, jnp.zeros((n, 2), dt), optimizer=o, n_steps=5, n_infer_steps=10, n_learn_steps=10
+            p["mixture_pc"], x[:64], jnp.zeros((64, 2), dt), optimizer=o, n_steps=2, n_infer_steps=5, n_learn_steps=5
         ),
     }  # fmt: skip
 
