@@ -5,11 +5,12 @@ message that names it, and returns the checked value (converted where the rule
 says so). The rules:
 
 * :func:`count`: a Python or NumPy integer (never ``bool``, never a float such
-  as ``2.0``) at least ``low``; returned as ``int``.
+  as ``2.0``) at least ``low`` (and at most ``high``); returned as ``int``.
 * :func:`positive`, :func:`nonnegative`: a finite real scalar ``> 0`` /
   ``>= 0``; returned as ``float`` (a traced value passes unchecked).
   ``allow_none=True`` also lets ``None`` through (for "pick a default" arguments).
-* :func:`open_unit`: a number strictly between 0 and 1.
+* :func:`open_unit`: a number strictly between 0 and 1; :func:`real_pair`: a ``(low, high)`` pair
+  of finite numbers.
 * :func:`float_array`: an array of floating dtype with at least ``min_ndim``
   axes whose values, when concrete (not traced), are finite. Integer and boolean
   arrays are refused: the caller casts explicitly. Every array rule below builds
@@ -18,6 +19,9 @@ says so). The rules:
   :func:`bias` (an additive log-prior).
 * :func:`seeds`: a non-empty 1-D sequence of integer seeds.
 * :func:`choice`: one of a fixed set of strings.
+* :func:`float_dtype`: a floating dtype (``None``: JAX's default floating dtype).
+* :func:`last_axis`: a floating array of shape ``(..., n)``; :func:`orthonormal_columns`: a matrix
+  whose columns are orthonormal to ``sqrt(eps)`` of its dtype.
 * :func:`key`: one JAX PRNG key, typed (``jax.random.key``) or legacy
   ``uint32[2]`` (``jax.random.PRNGKey``); an integer seed or ``None`` is refused.
 * :func:`params`: a model's ``Params`` NamedTuple, each array field checked
@@ -124,10 +128,15 @@ def _is_int(value) -> bool:
     return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def count(name: str, value, low: int = 1) -> int:
-    """An integer ``>= low`` (``bool`` and floats such as ``2.0`` are refused)."""
-    if not _is_int(value) or value < low:
-        raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+def count(name: str, value, low: int = 1, *, high: int | None = None, what: str = "") -> int:
+    """An integer ``>= low`` (and ``<= high`` when given; ``what`` names ``high`` in the message, as
+    ``"N"``); ``bool`` and floats such as ``2.0`` are refused."""
+    if high is None:
+        if not _is_int(value) or value < low:
+            raise ValueError(f"{name} must be an integer >= {low}; got {value!r}")
+    elif not _is_int(value) or not low <= value <= high:
+        bound = f"{what}={high}" if what else f"{high}"
+        raise ValueError(f"{name} must be an integer in [{low}, {bound}]; got {value!r}")
     return int(value)
 
 
@@ -168,6 +177,31 @@ def spd_stack(name: str, s) -> None:
             raise ValueError(f"{name}[{k}] is not positive definite") from None
 
 
+def orthonormal_columns(name: str, a, why: str = "") -> None:
+    """Concrete ``a`` (``(n, m)``, finite) has ``n >= m`` and orthonormal columns: every entry of
+    ``a.T @ a - I`` is at most ``sqrt(eps)`` of ``a``'s dtype (a float32 QR factor passes, as a float64 one)."""
+    if not is_concrete(a):
+        return
+    c = np.asarray(a, np.float64)
+    tol = math.sqrt(float(jnp.finfo(jnp.asarray(a).dtype).eps))
+    if c.shape[0] < c.shape[1] or np.max(np.abs(c.T @ c - np.eye(c.shape[1])), initial=0.0) > tol:
+        raise ValueError(f"{name} must have orthonormal columns" + (f" {why}" if why else ""))
+
+
+def float_dtype(name: str, value):
+    """A floating dtype, as JAX will use it: ``None`` is JAX's default floating dtype (float64 with x64 on,
+    float32 without), and with x64 off a 64-bit request is its 32-bit type, without JAX's warning."""
+    if value is None:
+        return jnp.dtype(jnp.result_type(float))
+    try:
+        dtype = jnp.dtype(value)
+    except TypeError:
+        raise ValueError(f"{name} must be a floating dtype; got {value!r}") from None
+    if not jnp.issubdtype(dtype, jnp.floating):
+        raise ValueError(f"{name} must be a floating dtype; got {dtype}")
+    return jax.dtypes.canonicalize_dtype(dtype)
+
+
 def choice(name: str, value, options) -> str:
     """One of the strings ``options``."""
     if not isinstance(value, str) or value not in options:
@@ -202,10 +236,6 @@ def key(name: str, value):
     raise ValueError(f"{name} must be a JAX PRNG key, e.g. jax.random.key(0); got {got}")
 
 
-#: The earlier name of :func:`key` (``adversarial`` calls it).
-prng_key = key
-
-
 def _real_scalar(value) -> bool:
     if isinstance(value, (bool, np.bool_)) or np.ndim(value) != 0:
         return False
@@ -225,12 +255,14 @@ def positive(name: str, value, *, allow_none: bool = False):
     return float(value)
 
 
-def nonnegative(name: str, value) -> float:
-    """A finite real scalar ``>= 0``; a traced value passes unchecked."""
+def nonnegative(name: str, value, *, below: float | None = None) -> float:
+    """A finite real scalar ``>= 0`` (and ``< below`` when given); a traced value passes unchecked."""
     if not is_concrete(value):
         return value
-    if not (_real_scalar(value) and value >= 0):
+    if below is None and not (_real_scalar(value) and value >= 0):
         raise ValueError(f"{name} must be a finite scalar >= 0; got {value!r}")
+    if below is not None and not (_real_scalar(value) and 0 <= value < below):
+        raise ValueError(f"{name} must be a finite scalar in [0, {below}); got {value!r}")
     return float(value)
 
 
@@ -239,6 +271,16 @@ def array(name: str, a, ndim: int) -> Array:
     a = jnp.asarray(a)
     if a.ndim != ndim:
         raise ValueError(f"{name} must have {ndim} dimensions; got shape {a.shape}")
+    return float_array(name, a)
+
+
+def last_axis(name: str, a, n: int, symbol: str, ref: str = "") -> Array:
+    """A floating array, finite when concrete, of shape ``(..., n)``; the message names ``n`` as ``symbol``
+    (and ``ref``, where ``n`` comes from, as ``"params.W1.shape[1]"``)."""
+    a = jnp.asarray(a)
+    if a.ndim < 1 or a.shape[-1] != n:
+        where = f"{ref} = " if ref else ""
+        raise ValueError(f"{name} must have shape (..., {symbol}) with {symbol} = {where}{n}; got {a.shape}")
     return float_array(name, a)
 
 
@@ -344,10 +386,22 @@ def bias(value, shape) -> Array | None:
 
 
 def open_unit(name: str, value) -> float:
-    """A Python number strictly between 0 and 1 (a tail mass, a probability)."""
-    if isinstance(value, bool) or not (isinstance(value, (float, int)) and 0 < value < 1):
+    """A real number strictly between 0 and 1 (a tail mass, a probability); ``bool`` is refused."""
+    if not (_real_scalar(value) and is_concrete(value) and 0 < value < 1):
         raise ValueError(f"{name} must be a number in (0, 1); got {value!r}")
     return float(value)
+
+
+def real_pair(name: str, value, *, strict: bool = True) -> tuple[float, float]:
+    """A ``(low, high)`` tuple or list of two finite real numbers (not ``bool``) with ``low < high``
+    (``low <= high`` when not ``strict``); returned as two floats."""
+    ok = isinstance(value, (tuple, list)) and len(value) == 2 and all(map(_real_scalar, value))
+    if ok and is_concrete(*value):
+        lo, hi = float(value[0]), float(value[1])
+        if lo < hi or (lo == hi and not strict):
+            return lo, hi
+    relation = "low < high" if strict else "low <= high"
+    raise ValueError(f"{name} must be a pair (low, high) of finite numbers with {relation}; got {value!r}")
 
 
 def points(name: str, a, d=None, ref: str = "data") -> Array:

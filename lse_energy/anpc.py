@@ -121,10 +121,7 @@ def _check_params(params) -> Params:
 
 
 def _check_x(x, N, name="x") -> Array:
-    x = jnp.asarray(x)
-    if x.ndim < 1 or x.shape[-1] != N:
-        raise ValueError(f"{name} must have shape (..., N) with N = {N}; got {x.shape}")
-    return _validate.float_array(name, x)
+    return _validate.last_axis(name, x, N, "N")
 
 
 def _check_precisions(precisions, N, dtype) -> Array:
@@ -147,8 +144,7 @@ def _check_precisions(precisions, N, dtype) -> Array:
 
 
 def _check_activation(activation) -> str:
-    if activation not in _ACTIVATIONS:
-        raise ValueError(f"activation must be one of {_ACTIVATIONS}; got {activation!r}")
+    _validate.choice("activation", activation, _ACTIVATIONS)
     return activation
 
 
@@ -556,8 +552,7 @@ def lipschitz(
     k = _check_precisions(precisions, N, params.weights.dtype)
     free = ~_check_clamp_mask(clamp, N)
     if activation == "tanh":
-        if radius is None or not (np.ndim(radius) == 0 and np.isfinite(radius) and radius > 0):
-            raise ValueError(f"radius must be a finite scalar > 0 for activation='tanh'; got {radius!r}")
+        radius = _validate.positive("radius", radius)
     else:
         radius = 0.0
     _validate.flag("normalised", normalised)

@@ -224,6 +224,9 @@ def grad_q(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     i.e. the query is pulled towards the softmax-weighted mean of the keys
     (eq. 7 is the case :math:`\beta = 1`).
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       ``(..., N_Q, d)``, the gradient (not its negative).
     """
@@ -243,6 +246,9 @@ def grad_k(q, k, *, beta=1.0, mask=None, bias=None) -> Array:
     parents :math:`p` (each child's row), and the key collects the queries
     that chose it. Eq. (8)'s ":math:`\mathrm{softmax}_p`" means exactly this
     row-normalised :math:`w_{cp}`, summed down the column :math:`p`.
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(..., N_K, d)``.
@@ -272,6 +278,7 @@ def token_energy(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> A
       params: :class:`Params` with ``wq: (d_k, d_q)``, ``wk: (d_k, d_kin)``.
       xq: ``(..., N_Q, d_q)`` raw query tokens.
       xk: ``(..., N_K, d_kin)`` raw key tokens.
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       Scalar energy.
@@ -288,6 +295,9 @@ def grad_tokens(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None):
 
     .. math:: \frac{\partial E}{\partial x^Q_c} = W^{Q\top} \frac{\partial E}{\partial q_c}, \qquad
               \frac{\partial E}{\partial x^K_p} = W^{K\top} \frac{\partial E}{\partial k_p}.
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(dE/dxq, dE/dxk)`` with the shapes of ``xq`` and ``xk``.
@@ -312,6 +322,9 @@ def grad_params(params: Params, xq, xk, *, beta=1.0, mask=None, bias=None) -> Pa
         \end{aligned}
 
     (summed over leading batch axes too).
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       :class:`Params` of gradients, shaped like ``params``.
@@ -376,6 +389,9 @@ def grad_self_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Gra
     :math:`W^{K\top} W^Q x_p`, is wrong unless :math:`W^{Q\top} W^K` is
     symmetric; the tests and the chapter check this.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       :class:`lse_energy.core.GradientTerms` with ``child`` and ``parent``,
       each ``(..., N, d)``; their sum is :math:`-\partial E/\partial x`.
@@ -392,6 +408,9 @@ def grad_self_terms(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Gra
 
 def grad_self(params: Params, x, *, beta=1.0, mask=None, bias=None) -> Array:
     r""":math:`\partial E^{\mathrm{SA}}/\partial x`, eq. (16): minus the sum of :func:`grad_self_terms`.
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(..., N, d)``.
@@ -415,6 +434,7 @@ def attention_weights(q, k, *, beta=None, mask=None, bias=None) -> Array:
 
     Args:
       q: ``(..., N_Q, d)``; k: ``(..., N_K, d)``.
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(..., N_Q, N_K)``; rows sum to one over allowed edges.

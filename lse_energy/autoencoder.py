@@ -22,7 +22,7 @@ softmax and no log-partition function to speak of.
 Because :math:`W` appears twice, the gradient in :math:`W` is the sum of an
 *encoder-path* and a *decoder-path* term (:func:`grad_loss_paths`). For the
 linear autoencoder without biases the loss depends on the data only through
-:math:`C = X^\top X / N` (:func:`linear_loss`, :func:`grad_linear_loss`), and
+:math:`C = X^\top X / N` (:func:`linear_loss`, :func:`grad_linear_loss_W`), and
 its minimisers are the matrices with orthonormal rows spanning the top-:math:`k`
 principal subspace of :math:`C` (the tied form of Baldi & Hornik, 1989);
 :func:`principal_angles` measures how close a learned subspace is to it.
@@ -56,9 +56,9 @@ __all__ = [
     "loss",
     "GradPaths",
     "grad_loss_paths",
-    "grad_loss",
+    "grad_params",
     "linear_loss",
-    "grad_linear_loss",
+    "grad_linear_loss_W",
     "principal_angles",
     "FitExtras",
     "fit",
@@ -92,8 +92,7 @@ def _check_params(params) -> Params:
 
 
 def _check_activation(activation) -> str:
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation must be one of {ACTIVATIONS}; got {activation!r}")
+    _validate.choice("activation", activation, ACTIVATIONS)
     return activation
 
 
@@ -144,12 +143,11 @@ def init_params(d: int, n_hidden: int, *, key: Array, scale: float = 0.1, dtype=
       ... )
       ((2, 4), (5, 4))
     """
+    _validate.key("key", key)
     d = _validate.count("d", d, 1)
     k = _validate.count("n_hidden", n_hidden, 1)
     scale = _validate.positive("scale", scale)
-    dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {dtype}")
+    dtype = _validate.float_dtype("dtype", dtype)
     W = (scale / math.sqrt(d)) * core.random_normal(key, (k, d), dtype)
     return Params(W, jnp.zeros((k,), dtype), jnp.zeros((d,), dtype))
 
@@ -279,7 +277,7 @@ def _grads(params: Params, x: Array, activation: str) -> tuple[Array, Array, Arr
 def grad_loss_paths(params: Params, x, activation: str = "linear") -> GradPaths:
     r"""The encoder-path and decoder-path parts of :math:`\partial L/\partial W` (:class:`GradPaths`).
 
-    Their sum is ``grad_loss(...).W``. The decoder path equals the gradient
+    Their sum is ``grad_params(...).W``. The decoder path equals the gradient
     of an *untied* autoencoder in its decoder weights :math:`V` at
     :math:`V = W^\top` (transposed), the encoder path its gradient in the
     encoder weights: tying adds them (§19 of the lecture notes).
@@ -303,7 +301,7 @@ def _grad(params: Params, x: Array, activation: str) -> Params:
     return Params(gw_enc + gw_dec, gb, gc)
 
 
-def grad_loss(params: Params, x, activation: str = "linear") -> Params:
+def grad_params(params: Params, x, activation: str = "linear") -> Params:
     r"""The analytic gradient :math:`\partial L/\partial (W, b, c)` of :func:`loss`.
 
     .. math:: \partial_W L = \tfrac1N\big(H^\top R + \Delta^\top X\big), \quad
@@ -354,7 +352,7 @@ def linear_loss(W, cov) -> Array:
     return 0.5 * jnp.trace(E @ cov @ E)
 
 
-def grad_linear_loss(W, cov) -> Array:
+def grad_linear_loss_W(W, cov) -> Array:
     r"""The gradient of :func:`linear_loss`: :math:`\partial_W L = -W(CE + EC)`.
 
     The term :math:`-WEC` is the encoder path and :math:`-WCE` the decoder
@@ -435,7 +433,7 @@ def fit(
     r"""Train a tied autoencoder by full-batch gradient descent on :func:`loss` (§19 of the lecture notes).
 
     Each of the ``n_steps`` steps computes the analytic gradient
-    :func:`grad_loss` on all of ``x`` and applies one ``optimizer`` update
+    :func:`grad_params` on all of ``x`` and applies one ``optimizer`` update
     (``optax.sgd(lr)`` is plain gradient descent). Jitted, with ``lax.scan``.
 
     Args:

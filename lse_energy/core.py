@@ -41,7 +41,7 @@ __all__ = [
     "EnergyTerm",
     "sim_matrix",
     "graph_energy",
-    "grad_graph",
+    "grad_graph_energy_nodes",
     "grad_graph_terms",
     "GradientTerms",
     "softmax_average",
@@ -277,6 +277,7 @@ def softmax_average(q, k, v, beta, bias=None, *, block: int = 512) -> Array:
     Returns:
       ``(..., N_Q, d_v)``.
     """
+    block = _validate.count("block", block)
     n_q = q.shape[-2]
     if (
         bias is not None
@@ -461,7 +462,7 @@ def grad_graph_terms(terms: Sequence[EnergyTerm], nodes) -> GradientTerms:
     return GradientTerms(child=child, parent=parent)
 
 
-def grad_graph(terms: Sequence[EnergyTerm], nodes) -> Array:
+def grad_graph_energy_nodes(terms: Sequence[EnergyTerm], nodes) -> Array:
     r""":math:`\partial E / \partial v` for every node, assembled by eq. (4).
 
     Equals ``jax.grad(graph_energy, argnums=1)(terms, nodes)``; it is computed
@@ -489,6 +490,7 @@ def random_normal(key: jax.Array, shape: Sequence[int] = (), dtype=None) -> jax.
     compiled generator; under ``jit`` or ``vmap`` (a traced key) it draws
     exactly ``prod(shape)`` numbers. Other generators are called as they are.
     """
+    _validate.key("key", key)
     return _flat_draw(jax.random.normal, key, shape, () if dtype is None else (dtype,))
 
 
@@ -497,6 +499,7 @@ def random_uniform(key: jax.Array, shape: Sequence[int] = (), dtype=None, minval
 
     The same numbers; bounds that are arrays (not scalars) are passed to ``jax.random.uniform`` as they are.
     """
+    _validate.key("key", key)
     if np.ndim(minval) or np.ndim(maxval):
         return jax.random.uniform(key, shape, *(() if dtype is None else (dtype,)), minval=minval, maxval=maxval)
     return _flat_draw(jax.random.uniform, key, shape, () if dtype is None else (dtype,), minval=minval, maxval=maxval)
@@ -520,6 +523,7 @@ def prefix_stable(key) -> bool:
     ``jax.random.normal(key, (m,))`` for any ``m >= n``, and likewise for
     ``jax.random.split``.
     """
+    _validate.key("key", key)
     if not jax.config.jax_threefry_partitionable:
         return False
     try:

@@ -173,9 +173,7 @@ def linear_schedule(n_steps: int = 1000, beta_start: float = 1e-4, beta_end: flo
       ValueError: ``n_steps < 1`` or betas outside :math:`(0, 1)`.
     """
     n_steps = _validate.count("n_steps", n_steps, 1)
-    for name, v in (("beta_start", beta_start), ("beta_end", beta_end)):
-        if not np.isfinite(v) or not 0 < v < 1:
-            raise ValueError(f"{name} must lie in (0, 1); got {v!r}")
+    beta_start, beta_end = _validate.open_unit("beta_start", beta_start), _validate.open_unit("beta_end", beta_end)
     return make_schedule(jnp.linspace(beta_start, beta_end, n_steps, dtype=jnp.result_type(float)))
 
 
@@ -222,6 +220,7 @@ def q_sample(schedule, x0, t, *, key):
     Returns:
       ``(x_t, eps)``, both ``(B, d)``.
     """
+    _validate.key("key", key)
     mean, var = forward_marginal(schedule, x0, t)
     eps = core.random_normal(key, mean.shape, mean.dtype)
     return mean + jnp.sqrt(var)[:, None] * eps, eps
@@ -240,6 +239,7 @@ def q_step(schedule, x_prev, t, *, key):
     Returns:
       ``(B, d)`` :math:`x_t`.
     """
+    _validate.key("key", key)
     schedule = _check_schedule(schedule)
     x_prev = _validate.points("x_prev", x_prev)
     t = _validate.time_steps(t, schedule.betas.shape[0], x_prev.shape[0])
@@ -326,8 +326,7 @@ def sigmas(schedule, kind: str = "beta") -> Array:
       ``(T,)``.
     """
     schedule = _check_schedule(schedule)
-    if kind not in _SIGMA_KINDS:
-        raise ValueError(f"kind must be one of {_SIGMA_KINDS}; got {kind!r}")
+    _validate.choice("kind", kind, _SIGMA_KINDS)
     return _sigmas(schedule, kind)
 
 
@@ -431,6 +430,7 @@ def simplified_loss(eps_fn: Callable, params, schedule, x0, *, key) -> Array:
     Returns:
       Scalar.
     """
+    _validate.key("key", key)
     schedule, x0 = _check_loss(eps_fn, schedule, x0)
     kt, ke = jax.random.split(key)
     t = jax.random.randint(kt, (x0.shape[0],), 1, schedule.betas.shape[0] + 1)
@@ -669,13 +669,13 @@ def sample(
     Returns:
       ``(n_samples, dim)`` samples :math:`x_0`, or ``(x_0, path)``.
     """
+    _validate.key("key", key)
     schedule = _check_schedule(schedule)
     if not callable(eps_fn):
         raise ValueError("eps_fn must be callable as eps_fn(params, schedule, x, t)")
     n_samples = _validate.count("n_samples", n_samples, 1)
     dim = _validate.count("dim", dim, 1)
-    if sigma not in _SIGMA_KINDS:
-        raise ValueError(f"sigma must be one of {_SIGMA_KINDS}; got {sigma!r}")
+    _validate.choice("sigma", sigma, _SIGMA_KINDS)
     return _sample(eps_fn, params, schedule, key, (n_samples, dim), sigma, bool(return_path))
 
 
@@ -704,6 +704,7 @@ def ideal_sample(data, schedule, n_samples: int, *, key, sigma: str = "beta", re
     Returns:
       ``(n_samples, d)`` samples (and the path if asked).
     """
+    _validate.key("key", key)
     data = _validate.points("data", data)
     return sample(
         _ideal_eps_inner, data, schedule, n_samples, data.shape[1], key=key, sigma=sigma, return_path=return_path

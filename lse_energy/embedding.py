@@ -80,9 +80,9 @@ __all__ = [
     "cosine",
     "energy",
     "fit",
-    "grad_energy",
-    "grad_negative_sampling_loss",
-    "grad_softmax_loss",
+    "grad_params",
+    "grad_negative_sampling_loss_params",
+    "grad_softmax_loss_params",
     "init_params",
     "log_partition",
     "negative_sampling_loss",
@@ -134,7 +134,7 @@ def _check_params(params) -> Params:
     return _validate.params(params, Params, {"U": "n_vocab dim", "V": "n_vocab dim"})[0]
 
 
-def _check_counts(counts, n: int, dtype, name: str = "counts") -> Array:
+def _check_counts(counts, n: int, dtype, name: str = "x") -> Array:
     # counts are discrete data: integer arrays keep their natural dtype and are cast (exactly) here
     counts = jnp.asarray(counts)
     if jnp.issubdtype(counts.dtype, jnp.integer):
@@ -204,12 +204,11 @@ def init_params(n_vocab: int, dim: int, *, key: Array, scale: float = 0.1, dtype
       >>> params.U.shape, embedding.scores(params).shape
       ((5, 2), (5, 5))
     """
+    _validate.key("key", key)
     n_vocab = _validate.count("n_vocab", n_vocab)
     dim = _validate.count("dim", dim)
     scale = _validate.positive("scale", scale)
-    dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {dtype}")
+    dtype = _validate.float_dtype("dtype", dtype)
     ku, kv = jax.random.split(key)
     return Params(
         scale * core.random_normal(ku, (n_vocab, dim), dtype), scale * core.random_normal(kv, (n_vocab, dim), dtype)
@@ -227,7 +226,7 @@ def log_partition(params: Params) -> Array:
     return core.logsumexp(scores(params))
 
 
-def energy(params: Params, counts) -> Array:
+def energy(params: Params, x) -> Array:
     r"""The book's LSE energy of the skip-gram softmax, :math:`E = -\sum_c N_c \ln \sum_w e^{s_{cw}}` (§20).
 
     Children are the centre words, weighted by their pair counts
@@ -237,7 +236,7 @@ def energy(params: Params, counts) -> Array:
 
     Args:
       params: :class:`Params`.
-      counts: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts :math:`N_{co}` (integer counts are cast).
+      x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts :math:`N_{co}` (integer counts are cast).
 
     Returns:
       the scalar :math:`E`.
@@ -253,8 +252,8 @@ def energy(params: Params, counts) -> Array:
       -22.181
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
-    return -jnp.sum(counts.sum(axis=1) * core.logsumexp(U @ V.T))
+    x = _check_counts(x, U.shape[0], U.dtype)
+    return -jnp.sum(x.sum(axis=1) * core.logsumexp(U @ V.T))
 
 
 def _sm_score_grad(S: Array, counts: Array) -> Array:
@@ -262,7 +261,7 @@ def _sm_score_grad(S: Array, counts: Array) -> Array:
     return counts.sum(axis=1, keepdims=True) * jax.nn.softmax(S, axis=1) - counts
 
 
-def grad_energy(params: Params, counts) -> Params:
+def grad_params(params: Params, x) -> Params:
     r"""Analytic gradient of :func:`energy`: the softmax-weighted sum of sim-gradients (eq. 4 of Tschantz 2025).
 
     .. math::
@@ -277,12 +276,12 @@ def grad_energy(params: Params, counts) -> Params:
       a :class:`Params` holding the two gradients.
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
-    G = -counts.sum(axis=1, keepdims=True) * jax.nn.softmax(U @ V.T, axis=1)
+    x = _check_counts(x, U.shape[0], U.dtype)
+    G = -x.sum(axis=1, keepdims=True) * jax.nn.softmax(U @ V.T, axis=1)
     return Params(G @ V, G.T @ U)
 
 
-def softmax_loss(params: Params, counts) -> Array:
+def softmax_loss(params: Params, x) -> Array:
     r"""Full-softmax skip-gram loss :math:`L_{\rm sm} = \sum_{c,o} N_{co}[\ln\sum_w e^{s_{cw}} - s_{co}]` (§20).
 
     The negative log-likelihood of every (centre, context) pair under
@@ -292,30 +291,30 @@ def softmax_loss(params: Params, counts) -> Array:
 
     Args:
       params: :class:`Params`.
-      counts: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts (integer counts are cast).
+      x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts (integer counts are cast).
 
     Returns:
       the scalar loss.
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
+    x = _check_counts(x, U.shape[0], U.dtype)
     S = U @ V.T
-    return jnp.sum(counts.sum(axis=1) * core.logsumexp(S)) - jnp.sum(counts * S)
+    return jnp.sum(x.sum(axis=1) * core.logsumexp(S)) - jnp.sum(x * S)
 
 
-def grad_softmax_loss(params: Params, counts) -> Params:
+def grad_softmax_loss_params(params: Params, x) -> Params:
     r"""Analytic gradient of :func:`softmax_loss`.
 
     With :math:`G_{cw} = \partial L_{\rm sm}/\partial s_{cw} = N_c p_{cw} - N_{cw}`:
     :math:`\partial L/\partial U = G V`, :math:`\partial L/\partial V = G^\top U`.
-    The :math:`N_c p_{cw}` part is minus :func:`grad_energy`'s softmax-weighted form.
+    The :math:`N_c p_{cw}` part is minus :func:`grad_params`'s softmax-weighted form.
 
     Returns:
       a :class:`Params` holding the two gradients.
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
-    G = _sm_score_grad(U @ V.T, counts)
+    x = _check_counts(x, U.shape[0], U.dtype)
+    G = _sm_score_grad(U @ V.T, x)
     return Params(G @ V, G.T @ U)
 
 
@@ -324,7 +323,7 @@ def grad_softmax_loss(params: Params, counts) -> Params:
 # ---------------------------------------------------------------------------
 
 
-def noise_distribution(counts, power: float = 0.75) -> Array:
+def noise_distribution(x, power: float = 0.75) -> Array:
     r"""word2vec's noise distribution :math:`q_w \propto (N_w)^{\text{power}}` over context words.
 
     :math:`N_w = \sum_c N_{cw}` is the context count of word :math:`w`;
@@ -332,16 +331,20 @@ def noise_distribution(counts, power: float = 0.75) -> Array:
     optimum is :math:`\mathrm{PMI} - \ln k`), word2vec uses 3/4.
 
     Args:
-      counts: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts.
+      x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts.
       power: exponent, ``> 0``.
 
     Returns:
       ``(n_vocab,)`` probabilities.
     """
-    counts = jnp.asarray(counts)
-    counts = _check_counts(counts, counts.shape[0] if counts.ndim == 2 else -1, _float_of(counts))
-    power = _validate.positive("power", power)
-    w = counts.sum(axis=0) ** power
+    x = jnp.asarray(x)
+    x = _check_counts(x, x.shape[0] if x.ndim == 2 else -1, _float_of(x))
+    return _noise_distribution(x, _validate.positive("power", power))
+
+
+def _noise_distribution(x, power=0.75):
+    """:func:`noise_distribution` of checked counts (:func:`fit` checks them once)."""
+    w = x.sum(axis=0) ** power
     return w / w.sum()
 
 
@@ -356,7 +359,7 @@ def _ns_loss(S, counts, noise, k):
     )
 
 
-def negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) -> Array:
+def negative_sampling_loss(params: Params, x, noise, n_negatives: int = 5) -> Array:
     r"""Expected negative-sampling loss (word2vec SGNS, §20), summed over pairs.
 
     .. math::
@@ -370,7 +373,7 @@ def negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) 
 
     Args:
       params: :class:`Params`.
-      counts: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts.
+      x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts.
       noise: ``(n_vocab,)`` noise distribution :math:`q` (e.g. :func:`noise_distribution`).
       n_negatives: :math:`k`, the number of negatives per pair, an integer ``>= 1``.
 
@@ -378,13 +381,13 @@ def negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) 
       the scalar loss.
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
+    x = _check_counts(x, U.shape[0], U.dtype)
     noise = _check_noise(noise, U.shape[0], U.dtype)
     k = _validate.count("n_negatives", n_negatives)
-    return _ns_loss(U @ V.T, counts, noise, k)
+    return _ns_loss(U @ V.T, x, noise, k)
 
 
-def grad_negative_sampling_loss(params: Params, counts, noise, n_negatives: int = 5) -> Params:
+def grad_negative_sampling_loss_params(params: Params, x, noise, n_negatives: int = 5) -> Params:
     r"""Analytic gradient of :func:`negative_sampling_loss`.
 
     With :math:`G_{cw} = -N_{cw}\sigma(-s_{cw}) + k N_c q_w \sigma(s_{cw})`:
@@ -395,10 +398,10 @@ def grad_negative_sampling_loss(params: Params, counts, noise, n_negatives: int 
       a :class:`Params` holding the two gradients.
     """
     U, V = _check_params(params)
-    counts = _check_counts(counts, U.shape[0], U.dtype)
+    x = _check_counts(x, U.shape[0], U.dtype)
     noise = _check_noise(noise, U.shape[0], U.dtype)
     k = _validate.count("n_negatives", n_negatives)
-    G = _ns_score_grad(U @ V.T, counts, noise, k)
+    G = _ns_score_grad(U @ V.T, x, noise, k)
     return Params(G @ V, G.T @ U)
 
 
@@ -440,7 +443,7 @@ def sampled_negative_sampling_loss(params: Params, centres, contexts, negatives)
     return _sampled_ns(U, V, centres, contexts, negatives)
 
 
-def pmi(counts) -> Array:
+def pmi(x) -> Array:
     r"""Pointwise mutual information :math:`\ln \frac{N_{co} N}{N_c N_o}` of the pair counts (``-inf`` where
     :math:`N_{co} = 0`).
 
@@ -449,15 +452,10 @@ def pmi(counts) -> Array:
     Returns:
       the ``(n_vocab, n_vocab)`` PMI matrix.
     """
-    counts = jnp.asarray(counts)
-    counts = _check_counts(counts, counts.shape[0] if counts.ndim == 2 else -1, _float_of(counts))
-    total = counts.sum()
-    return (
-        jnp.log(counts)
-        + jnp.log(total)
-        - jnp.log(counts.sum(axis=1, keepdims=True))
-        - jnp.log(counts.sum(axis=0, keepdims=True))
-    )
+    x = jnp.asarray(x)
+    x = _check_counts(x, x.shape[0] if x.ndim == 2 else -1, _float_of(x))
+    total = x.sum()
+    return jnp.log(x) + jnp.log(total) - jnp.log(x.sum(axis=1, keepdims=True)) - jnp.log(x.sum(axis=0, keepdims=True))
 
 
 # ---------------------------------------------------------------------------
@@ -508,9 +506,7 @@ def cooccurrence(tokens, n_vocab: int, window: int, dtype=None) -> Array:
     """
     n_vocab = _validate.count("n_vocab", n_vocab)
     tokens = _check_tokens("tokens", tokens, n_vocab)
-    dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {dtype}")
+    dtype = _validate.float_dtype("dtype", dtype)
     c, o = skipgram_pairs(tokens, window)
     return jnp.zeros((n_vocab, n_vocab), dtype).at[c, o].add(1)
 
@@ -524,10 +520,8 @@ def ring_transition(n_vocab: int, stay: float = 0.0, dtype=None) -> Array:
       ``(n_vocab, n_vocab)`` row-stochastic matrix.
     """
     n_vocab = _validate.count("n_vocab", n_vocab, 3)
-    stay = _validate.nonnegative("stay", stay)
-    if not stay < 1:
-        raise ValueError(f"stay must be in [0, 1); got {stay!r}")
-    dtype = jnp.result_type(float) if dtype is None else jnp.dtype(dtype)
+    stay = _validate.nonnegative("stay", stay, below=1)
+    dtype = _validate.float_dtype("dtype", dtype)
     eye = jnp.eye(n_vocab, dtype=dtype)
     move = (1.0 - stay) / 2.0
     return stay * eye + move * (jnp.roll(eye, 1, axis=1) + jnp.roll(eye, -1, axis=1))
@@ -557,6 +551,7 @@ def sample_chain(transition, n_tokens: int, *, key: Array) -> Array:
     Returns:
       ``(n_tokens,)`` int32 token ids.
     """
+    _validate.key("key", key)
     P = _validate.array("transition", transition, 2)
     if P.shape[0] != P.shape[1] or P.shape[0] < 1:
         raise ValueError(f"transition must be a square (n, n) matrix; got {P.shape}")
@@ -687,8 +682,8 @@ def fit(
     The objective, divided by the number of pairs :math:`N = \sum N_{co}`, is
     :func:`softmax_loss` (``objective="softmax"``) or
     :func:`negative_sampling_loss` (``"negative"``). With ``batch_size=None``
-    each step takes the exact full-batch gradient (:func:`grad_softmax_loss`,
-    :func:`grad_negative_sampling_loss`: negatives in expectation). With an
+    each step takes the exact full-batch gradient (:func:`grad_softmax_loss_params`,
+    :func:`grad_negative_sampling_loss_params`: negatives in expectation). With an
     integer ``batch_size`` each step samples that many pairs from the counts
     and, for ``"negative"``, ``n_negatives`` negatives per pair from ``noise``, as
     word2vec's SGD does ("backpropagates only some negative cases"); ``key``
@@ -728,14 +723,15 @@ def fit(
       >>> result.energies.shape, bool(result.energies[-1] < result.energies[0])
       ((10,), True)
     """
+    if key is not None:
+        _validate.key("key", key)
     U, V = _check_params(params)
     counts = _check_counts(x, U.shape[0], U.dtype, name="x")
     _validate.optimizer(optimizer)
     n_steps = _validate.count("n_steps", n_steps)
-    if objective not in OBJECTIVES:
-        raise ValueError(f"objective must be one of {OBJECTIVES}; got {objective!r}")
+    _validate.choice("objective", objective, OBJECTIVES)
     k = _validate.count("n_negatives", n_negatives)
-    noise = noise_distribution(counts) if noise is None else _check_noise(noise, U.shape[0], U.dtype)
+    noise = _noise_distribution(counts) if noise is None else _check_noise(noise, U.shape[0], U.dtype)
     if batch_size is None:
         batch = 0
         key = jax.random.PRNGKey(0) if key is None else key

@@ -50,9 +50,9 @@ __all__ = [
 
 
 def _check_positive(name, x):
-    if type(x) in (float, int):  # the common case, without NumPy
-        if not (math.isfinite(x) and x > 0):
-            raise ValueError(f"{name} must be finite and > 0; got {x!r}")
+    """A scalar through ``_validate.positive``; an array (one value per query) elementwise."""
+    if np.ndim(x) == 0:
+        _validate.positive(name, x)
     elif _validate.is_concrete(x):
         a = np.asarray(x)
         if not np.all(np.isfinite(a)) or not np.all(a > 0):
@@ -335,8 +335,7 @@ def attend(
     _check_positive("alpha0", alpha0)
     _check_positive("beta0", beta0)
     eps = _validate.open_unit("eps", eps)
-    if not (isinstance(tol, (float, int)) and tol > 0):
-        raise ValueError(f"tol must be a number > 0; got {tol!r}")
+    _validate.positive("tol", tol)
     max_iter = _validate.count("max_iter", max_iter, 0)
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])

@@ -85,7 +85,7 @@ __all__ = [
     "logit",
     "discriminate",
     "logistic_loss",
-    "grad_logistic_loss",
+    "grad_logistic_loss_logits",
     "energy",
     "discriminator_loss",
     "generator_loss",
@@ -219,15 +219,8 @@ def _check_logits(logits, labels):
 
 
 def _check_kind(kind: str) -> str:
-    if kind not in GENERATOR_LOSSES:
-        raise ValueError(f"generator_loss must be one of {GENERATOR_LOSSES}; got {kind!r}")
+    _validate.choice("generator_loss", kind, GENERATOR_LOSSES)
     return kind
-
-
-def _check_dtype(dtype):
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
-    return jnp.dtype(dtype) if jax.config.jax_enable_x64 else jnp.float32
 
 
 # ---------------------------------------------------------------------------
@@ -235,16 +228,17 @@ def _check_dtype(dtype):
 # ---------------------------------------------------------------------------
 
 
-def init_mlp(sizes, *, key, dtype=jnp.float64) -> MLP:
+def init_mlp(sizes, *, key, dtype=None) -> MLP:
     r"""An :class:`MLP` with layer sizes ``sizes = (n_0, ..., n_L)``: :math:`W_l \sim \mathcal N(0, 1/n_l)`, :math:`b_l
     = 0`.
 
     ``sizes`` has at least two positive integers; two give an affine map.
     """
+    _validate.key("key", key)
     if not isinstance(sizes, (tuple, list)) or len(sizes) < 2:
         raise ValueError(f"sizes must be a tuple of at least two layer sizes; got {sizes!r}")
     sizes = tuple(_validate.count("sizes", s, 1) for s in sizes)
-    return _init_mlp(key, sizes, _check_dtype(dtype))
+    return _init_mlp(key, sizes, _validate.float_dtype("dtype", dtype))
 
 
 @partial(jax.jit, static_argnums=(1, 2))
@@ -256,7 +250,7 @@ def _init_mlp(key, sizes, dtype) -> MLP:
 
 
 def init_params(
-    noise_dim: int, data_dim: int, *, key, generator_hidden=(32, 32), discriminator_hidden=(32, 32), dtype=jnp.float64
+    noise_dim: int, data_dim: int, *, key, generator_hidden=(32, 32), discriminator_hidden=(32, 32), dtype=None
 ) -> Params:
     r""":class:`Params` of an MLP generator ``noise_dim -> hidden -> data_dim`` and discriminator
     ``data_dim -> hidden -> 1``.
@@ -280,6 +274,7 @@ def init_params(
       ... )
       ([(2, 8), (8, 3)], (5, 3))
     """
+    _validate.key("key", key)
     noise_dim = _validate.count("noise_dim", noise_dim, 1)
     data_dim = _validate.count("data_dim", data_dim, 1)
     for name, h in (("generator_hidden", generator_hidden), ("discriminator_hidden", discriminator_hidden)):
@@ -364,7 +359,7 @@ def logistic_loss(logits, labels) -> Array:
     return jnp.mean(_softplus(logits) - labels * logits)
 
 
-def grad_logistic_loss(logits, labels) -> Array:
+def grad_logistic_loss_logits(logits, labels) -> Array:
     r""":math:`\partial/\partial a_n` of :func:`logistic_loss`: :math:`(\sigma(a_n) - t_n)/N`.
 
     The softmax weight of parent :math:`a` among :math:`\{0, a\}` minus the target.
@@ -494,11 +489,11 @@ def optimal_logit(log_p_data, log_p_g) -> Array:
 # ---------------------------------------------------------------------------
 
 
-def ring_centers(n_modes: int = 8, radius: float = 2.0, dtype=jnp.float64) -> Array:
+def ring_centers(n_modes: int = 8, radius: float = 2.0, dtype=None) -> Array:
     r"""``(n_modes, 2)`` centres :math:`r(\cos 2\pi k/K, \sin 2\pi k/K)` on a ring."""
     n_modes = _validate.count("n_modes", n_modes, 1)
     radius = _validate.positive("radius", radius)
-    t = 2 * jnp.pi * jnp.arange(n_modes, dtype=_check_dtype(dtype)) / n_modes
+    t = 2 * jnp.pi * jnp.arange(n_modes, dtype=_validate.float_dtype("dtype", dtype)) / n_modes
     return radius * jnp.stack([jnp.cos(t), jnp.sin(t)], axis=1)
 
 
@@ -510,6 +505,7 @@ def _check_mixture(centers, std):
 def sample_mixture(centers, std: float, n_samples: int, *, key) -> Array:
     r"""``(n_samples, d)`` draws from :math:`\frac1K\sum_k \mathcal N(\mu_k, \mathrm{std}^2 I)`, ``centers``
     ``(K, d)``."""
+    _validate.key("key", key)
     centers, std = _check_mixture(centers, std)
     n_samples = _validate.count("n_samples", n_samples, 1)
     return _sample_mixture(centers, std, n_samples, key)
@@ -708,6 +704,7 @@ def fit(
       >>> result.energies.shape, result.extras.fake_prob.shape
       ((5,), (5,))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     dtype = params.discriminator.weights[0].dtype
     x = _rows("x", x, _dims(params)[1], dtype)

@@ -144,14 +144,6 @@ class FitExtras(NamedTuple):
 # --- parameters -------------------------------------------------------------------------
 
 
-def _dtype(dtype):
-    if dtype is None:  # the default floating dtype: float64 with x64 on, float32 without (no warning)
-        return jnp.result_type(float)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
-    return dtype
-
-
 def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) -> Params:
     r"""GRU weights :math:`\sim \mathcal U(-1/\sqrt H, 1/\sqrt H)` (the usual GRU initialisation), zero biases.
 
@@ -166,10 +158,11 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
       >>> gru.param_count(params), gru.logits(params, jnp.ones((6, 5, 3))).shape
       (106, (6, 2))
     """
+    _validate.key("key", key)
     D = _validate.count("d_in", d_in)
     H = _validate.count("d_hidden", d_hidden)
     K = _validate.count("n_classes", n_classes)
-    dtype = _dtype(dtype)
+    dtype = _validate.float_dtype("dtype", dtype)
     s = 1.0 / math.sqrt(H)
     ks = jax.random.split(key, 7)
     u = partial(jax.random.uniform, dtype=dtype, minval=-s, maxval=s)
@@ -191,10 +184,11 @@ def init_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) ->
 
 def init_min_params(d_in: int, d_hidden: int, n_classes: int, *, key, dtype=None) -> MinParams:
     r"""minGRU weights :math:`\sim \mathcal U(-1/\sqrt D, 1/\sqrt D)`, read-out with :math:`1/\sqrt H`, zero biases."""
+    _validate.key("key", key)
     D = _validate.count("d_in", d_in)
     H = _validate.count("d_hidden", d_hidden)
     K = _validate.count("n_classes", n_classes)
-    dtype = _dtype(dtype)
+    dtype = _validate.float_dtype("dtype", dtype)
     sd, sh = 1.0 / math.sqrt(D), 1.0 / math.sqrt(H)
     ks = jax.random.split(key, 3)
     z = jnp.zeros(H, dtype)
@@ -225,7 +219,7 @@ def _check_params(params, cls=None):
     return _validate.params(params, cls, {f: _SHAPES[f] for f in cls._fields})[0]
 
 
-def _check_xs(params, xs, name="xs"):
+def _check_xs(params, xs, name="x"):
     xs = jnp.asarray(xs)
     if xs.ndim != 3:
         raise ValueError(f"{name} must have shape (B, N, D); got shape {xs.shape}")
@@ -310,10 +304,10 @@ def _gru_states(p, xs):
     return jnp.swapaxes(hs, 0, 1)
 
 
-def gru(params: Params, xs) -> Array:
-    r"""GRU hidden states ``(B, N, H)`` of sequences ``xs`` ``(B, N, D)``, from :math:`h^0 = 0` (``lax.scan``)."""
+def gru(params: Params, x) -> Array:
+    r"""GRU hidden states ``(B, N, H)`` of sequences ``x`` ``(B, N, D)``, from :math:`h^0 = 0` (``lax.scan``)."""
     params = _check_params(params, Params)
-    return _gru_states(params, _check_xs(params, xs))
+    return _gru_states(params, _check_xs(params, x))
 
 
 # --- minGRU: the linear recurrence h_n = a_n h_{n-1} + b_n, four ways ---------------------------
@@ -326,7 +320,7 @@ def _min_coefficients(p, xs):
     return jnp.exp(log_a), jnp.exp(log_g) * (xs @ p.U + p.b), log_a
 
 
-def min_coefficients(params: MinParams, xs) -> tuple[Array, Array]:
+def min_coefficients(params: MinParams, x) -> tuple[Array, Array]:
     r"""The affine maps of minGRU: :math:`a_n = 1 - g_n` and :math:`b_n = g_n \tilde h_n`, each ``(B, N, H)``.
 
     Both depend on :math:`x^n` only, so all ``N`` are computed at once
@@ -334,7 +328,7 @@ def min_coefficients(params: MinParams, xs) -> tuple[Array, Array]:
     such, so that it keeps full relative precision when the gate is near 1.
     """
     params = _check_params(params, MinParams)
-    a, b, _ = _min_coefficients(params, _check_xs(params, xs))
+    a, b, _ = _min_coefficients(params, _check_xs(params, x))
     return a, b
 
 
@@ -559,13 +553,12 @@ def _min_states(p, xs, method):
 
 
 def _check_method(method):
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
+    _validate.choice("method", method, METHODS)
     return method
 
 
-def min_gru(params: MinParams, xs, *, method: str = "parallel") -> Array:
-    r"""minGRU hidden states ``(B, N, H)`` of ``xs`` ``(B, N, D)`` from :math:`h^0 = 0` (§18.4 of the lecture notes).
+def min_gru(params: MinParams, x, *, method: str = "parallel") -> Array:
+    r"""minGRU hidden states ``(B, N, H)`` of ``x`` ``(B, N, D)`` from :math:`h^0 = 0` (§18.4 of the lecture notes).
 
     ``method``: ``"sequential"`` (:func:`scan_sequential`), ``"parallel"``
     (:func:`scan_parallel`) or ``"log"`` (:func:`scan_log_signed`, forward
@@ -577,20 +570,20 @@ def min_gru(params: MinParams, xs, *, method: str = "parallel") -> Array:
       >>> # D = 3, H = 4, K = 2
       >>> params = gru.init_min_params(3, 4, 2, key=jax.random.key(0))
       >>> # B = 2 sequences of N = 5 steps
-      >>> xs = jax.random.normal(jax.random.key(1), (2, 5, 3))
-      >>> h = gru.min_gru(params, xs)
+      >>> x = jax.random.normal(jax.random.key(1), (2, 5, 3))
+      >>> h = gru.min_gru(params, x)
       >>> (
       ...     h.shape,
       ...     bool(
       ...         jnp.allclose(
-      ...             h, gru.min_gru(params, xs, method="sequential"), atol=1e-5
+      ...             h, gru.min_gru(params, x, method="sequential"), atol=1e-5
       ...         )
       ...     ),
       ... )
       ((2, 5, 4), True)
     """
     params = _check_params(params, MinParams)
-    return _min_states(params, _check_xs(params, xs), _check_method(method))
+    return _min_states(params, _check_xs(params, x), _check_method(method))
 
 
 # --- classifier, loss, training -------------------------------------------------------------
@@ -607,13 +600,13 @@ def _loss(p, xs, y, method):
     return jnp.mean(lse - jnp.take_along_axis(z, y[:, None], axis=-1)[:, 0])
 
 
-def logits(params, xs, *, method: str = "parallel") -> Array:
+def logits(params, x, *, method: str = "parallel") -> Array:
     r"""Class scores ``(B, K)``: :math:`h^N V + c` of the last state (GRU or minGRU, by the type of ``params``)."""
     params = _check_params(params)
-    return _logits(params, _check_xs(params, xs), _check_method(method))
+    return _logits(params, _check_xs(params, x), _check_method(method))
 
 
-def loss(params, xs, y, *, method: str = "parallel") -> Array:
+def loss(params, x, y, *, method: str = "parallel") -> Array:
     r"""Mean softmax cross-entropy :math:`\frac1B \sum_i [\mathrm{LSE}_k(z_{ik}) - z_{i y_i}]` of the logits.
 
     The LSE here is the log-partition of the class distribution; it enters
@@ -623,17 +616,17 @@ def loss(params, xs, y, *, method: str = "parallel") -> Array:
     :func:`lse_energy.core.logsumexp`.
     """
     params = _check_params(params)
-    xs = _check_xs(params, xs)
-    y = _check_labels(y, xs.shape[0], params.c.shape[0])
-    return _loss(params, xs, y, _check_method(method))
+    x = _check_xs(params, x)
+    y = _check_labels(y, x.shape[0], params.c.shape[0])
+    return _loss(params, x, y, _check_method(method))
 
 
-def accuracy(params, xs, y, *, method: str = "parallel") -> Array:
+def accuracy(params, x, y, *, method: str = "parallel") -> Array:
     """Fraction of sequences whose largest logit is the label."""
     params = _check_params(params)
-    xs = _check_xs(params, xs)
-    y = _check_labels(y, xs.shape[0], params.c.shape[0])
-    return jnp.mean(jnp.argmax(_logits(params, xs, _check_method(method)), axis=-1) == y)
+    x = _check_xs(params, x)
+    y = _check_labels(y, x.shape[0], params.c.shape[0])
+    return jnp.mean(jnp.argmax(_logits(params, x, _check_method(method)), axis=-1) == y)
 
 
 def _value_and_grad(p, batch, args, method):
@@ -712,6 +705,7 @@ def fit(
       >>> result.energies.shape, result.extras.train_accuracy.shape
       ((2,), (2,))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     x = _check_xs(params, x, "x")
     y = _check_labels(y, x.shape[0], params.c.shape[0])
@@ -721,8 +715,7 @@ def fit(
         x_eval = _check_xs(params, x_eval, "x_eval")
         y_eval = _check_labels(y_eval, x_eval.shape[0], params.c.shape[0], "y_eval")
     n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0], "B")
-    if method not in ("sequential", "parallel"):
-        raise ValueError(f"method must be 'sequential' or 'parallel' for training; got {method!r}")
+    _validate.choice("method", method, ("sequential", "parallel"))
     return _descent.minibatch(
         "gru.fit",
         partial(_value_and_grad, method=method),

@@ -70,7 +70,7 @@ __all__ = [
     "grad_memories",
     "regularised_energy",
     "regularised_energies",
-    "grad_queries_regularised",
+    "grad_regularised_energy_queries",
     "cccp_surrogate",
     "update",
     "retrieve",
@@ -165,6 +165,9 @@ def grad_queries(memories, queries, *, beta=1.0) -> Array:
     Eq. (10) is correct as printed (at :math:`\beta = 1`); the :math:`1/\beta`
     scaling of the energy cancels the :math:`\beta` of the chain rule.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       ``(N, d)`` gradient of :func:`energy` with respect to ``queries``.
     """
@@ -187,6 +190,9 @@ def grad_memories(memories, queries, *, beta=1.0) -> Array:
     :func:`regularised_energy` does not involve the memories, so this is also
     the gradient of the regularised energy.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       ``(K, d)`` gradient of :func:`energy` with respect to ``memories``.
     """
@@ -202,6 +208,9 @@ def regularised_energies(memories, queries, *, beta=1.0) -> Array:
 
         e_i = -\frac{1}{\beta} \ln \sum_\mu \exp(\beta\, x_i^\top m_\mu)
               + \frac12 \|x_i\|^2 .
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(N,)`` array.
@@ -230,6 +239,9 @@ def regularised_energy(memories, queries, *, beta=1.0) -> Array:
     Ramsauer et al. (2021) without its additive constants; :func:`update` is
     its CCCP step.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       Scalar energy.
     """
@@ -237,13 +249,16 @@ def regularised_energy(memories, queries, *, beta=1.0) -> Array:
     return energy(memories, queries, beta=beta) + 0.5 * jnp.sum(queries**2)
 
 
-def grad_queries_regularised(memories, queries, *, beta=1.0) -> Array:
+def grad_regularised_energy_queries(memories, queries, *, beta=1.0) -> Array:
     r""":math:`\partial E^{\mathrm{reg}}_\beta / \partial x_i = x_i - \sum_\mu \mathrm{softmax}_\mu(\beta x_i^\top
     m_\mu)\, m_\mu`.
 
     Eq. (10) plus the gradient :math:`x_i` of the node potential. Hence
-    :func:`update` is ``queries - grad_queries_regularised(...)``: a gradient
+    :func:`update` is ``queries - grad_regularised_energy_queries(...)``: a gradient
     step of unit size on the regularised energy.
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
 
     Returns:
       ``(N, d)``.

@@ -148,18 +148,14 @@ def init_params(
       >>> params.W1.shape, params.W2.shape
       ((4, 2), (3, 4))
     """
-    for name, v in (("latent_dim", latent_dim), ("hidden_dim", hidden_dim), ("out_dim", out_dim)):
-        if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-            raise ValueError(f"{name} must be an integer >= 1; got {v!r}")
-    for name, v in (("input_scale", input_scale), ("output_scale", output_scale)):
-        if not (np.isfinite(v) and v > 0):
-            raise ValueError(f"{name} must be finite and > 0; got {v!r}")
-    if not (np.isfinite(bias_scale) and bias_scale >= 0):
-        raise ValueError(f"bias_scale must be finite and >= 0; got {bias_scale!r}")
-    dtype = jnp.float64 if jax.config.jax_enable_x64 else jnp.float32
-    return _init_params(
-        key, int(latent_dim), int(hidden_dim), int(out_dim), input_scale, output_scale, bias_scale, dtype
-    )
+    _validate.key("key", key)
+    latent_dim, hidden_dim = _validate.count("latent_dim", latent_dim), _validate.count("hidden_dim", hidden_dim)
+    out_dim = _validate.count("out_dim", out_dim)
+    input_scale = _validate.positive("input_scale", input_scale)
+    output_scale = _validate.positive("output_scale", output_scale)
+    bias_scale = _validate.nonnegative("bias_scale", bias_scale)
+    dtype = jnp.result_type(float)
+    return _init_params(key, latent_dim, hidden_dim, out_dim, input_scale, output_scale, bias_scale, dtype)
 
 
 @partial(jax.jit, static_argnums=(1, 2, 3, 7))
@@ -190,11 +186,8 @@ def predict(params: Params, mu) -> Array:
         a non-floating dtype, or non-finite values (checked when concrete).
     """
     params = _check_params(params)
-    mu = jnp.asarray(mu)
-    m = params.W1.shape[1]
-    if mu.ndim < 1 or mu.shape[-1] != m:
-        raise ValueError(f"mu must have shape (..., m) with m = params.W1.shape[1] = {m}; got {mu.shape}")
-    return _predict(params, _validate.float_array("mu", mu))
+    mu = _validate.last_axis("mu", mu, params.W1.shape[1], "m", "params.W1.shape[1]")
+    return _predict(params, mu)
 
 
 def _predict(params, mu):
@@ -678,14 +671,13 @@ def sample(
     Returns:
       :class:`Data`, points ordered cluster by cluster.
     """
+    _validate.key("key", key)
     teacher = _check_params(teacher)
     K = _validate.count("num_clusters", num_clusters, 1)
     n = _validate.count("points_per_cluster", points_per_cluster, 1)
-    if not (np.isfinite(centre_scale) and centre_scale > 0):
-        raise ValueError(f"centre_scale must be finite and > 0; got {centre_scale!r}")
-    for name, v in (("latent_noise", latent_noise), ("obs_noise", obs_noise)):
-        if not (np.isfinite(v) and v >= 0):
-            raise ValueError(f"{name} must be finite and >= 0; got {v!r}")
+    centre_scale = _validate.positive("centre_scale", centre_scale)
+    latent_noise = _validate.nonnegative("latent_noise", latent_noise)
+    obs_noise = _validate.nonnegative("obs_noise", obs_noise)
     m = teacher.W1.shape[1]
     if latent_centres is not None:
         latent_centres = _validate.matrix("latent_centres", latent_centres, m, "m = teacher.W1.shape[1]")

@@ -36,8 +36,7 @@ VARIANTS = ("paper", "code")
 
 
 def _check_variant(variant):
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}; got {variant!r}")
+    _validate.choice("variant", variant, VARIANTS)
 
 
 class Params(NamedTuple):
@@ -132,7 +131,12 @@ def attend(q, k, v, *, variant: str = "paper", beta=None, mask=None) -> Array:
 
 
 def attention(params: Params, x, *, variant: str = "paper", beta=None, mask=None) -> Array:
-    r"""Multi-hop self-attention of tokens ``x: (..., N, d)``; returns ``(..., N, d_v)``."""
+    r"""Multi-hop self-attention of tokens ``x: (..., N, d)``; returns ``(..., N, d_v)``.
+
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities; ``None`` is
+        :math:`1/\sqrt{d}`, with ``d`` the width of the queries.
+    """
     if not isinstance(params, Params):
         raise ValueError(f"params must be multihop.Params; got {type(params).__name__}")
     x = _validate.float_array("x", x, min_ndim=2)

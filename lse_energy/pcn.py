@@ -116,12 +116,11 @@ def _check_values(xs, sizes, name="xs") -> tuple:
             f"{name} must be a tuple of L = {len(sizes)} arrays (one per layer); got "
             f"{type(xs).__name__} of length {len(xs) if isinstance(xs, (tuple, list)) else '?'}"
         )
-    xs = tuple(jnp.asarray(x) for x in xs)
-    batch = xs[0].shape[:-1] if xs[0].ndim >= 1 else None
+    xs = tuple(_validate.last_axis(f"{name}[{l}]", x, n, f"n_{l + 1}") for l, (x, n) in enumerate(zip(xs, sizes)))
+    batch = xs[0].shape[:-1]
     for l, (x, n) in enumerate(zip(xs, sizes), start=1):
-        if x.ndim < 1 or x.shape[-1] != n or x.shape[:-1] != batch:
+        if x.shape[:-1] != batch:
             raise ValueError(f"{name}[{l - 1}] (layer {l}) must have shape {batch} + ({n},); got {x.shape}")
-        _validate.float_array(f"{name}[{l - 1}]", x)
     return xs
 
 
@@ -173,6 +172,7 @@ def init_params(sizes, *, key: Array, weight_scale: float = 1.0) -> Params:
       >>> [w.shape for w in params.weights], params.prior_mean.shape
       ([(3, 2), (2, 3)], (2,))
     """
+    _validate.key("key", key)
     sizes = tuple(sizes) if isinstance(sizes, (tuple, list)) else sizes
     if not isinstance(sizes, tuple) or len(sizes) < 2:
         raise ValueError(f"sizes must be a sequence of L >= 2 layer sizes; got {sizes!r}")
@@ -220,11 +220,8 @@ def forward(params: Params, x) -> tuple:
       tuple of ``L`` arrays ``(..., n_l)``.
     """
     params = _check_params(params)
-    n1 = _sizes(params)[0]
-    x = jnp.asarray(x)
-    if x.ndim < 1 or x.shape[-1] != n1:
-        raise ValueError(f"x must have shape (..., n_1) with n_1 = {n1}; got {x.shape}")
-    return _forward(params, _validate.float_array("x", x))
+    x = _validate.last_axis("x", x, _sizes(params)[0], "n_1")
+    return _forward(params, x)
 
 
 def _predictions(params, xs):
@@ -495,13 +492,9 @@ def _infer_jit(params, xs, prec, eta, clamp, n_steps):
 
 
 def _check_clamp(clamp, L) -> tuple:
-    if (
-        not isinstance(clamp, (tuple, list))
-        or len(clamp) != L
-        or not all(isinstance(c, (bool, np.bool_)) for c in clamp)
-    ):
+    if not isinstance(clamp, (tuple, list)) or len(clamp) != L:
         raise ValueError(f"clamp must be a tuple of L = {L} booleans (True = clamped); got {clamp!r}")
-    return tuple(bool(c) for c in clamp)
+    return tuple(_validate.flag(f"clamp[{i}]", c) for i, c in enumerate(clamp))
 
 
 def infer(params: Params, xs0, precisions=None, *, clamp, n_steps: int, step_size: float = 0.1) -> Inference:
@@ -658,6 +651,7 @@ def fit(
       ... )  # per epoch; per epoch and minibatch
       ((3,), (3, 2))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     x, y = _check_data(params, x, y)
     prec = _default_precisions(precisions, len(params.weights) + 1, x.dtype)

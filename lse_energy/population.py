@@ -79,8 +79,8 @@ __all__ = [
     "decoding_loss",
     "energy",
     "feedforward",
-    "grad_decoding_loss",
-    "grad_energy",
+    "grad_decoding_loss_decoders",
+    "grad_counts",
     "init_params",
     "log_evidence",
     "nef_matrices",
@@ -129,19 +129,10 @@ def _nonlinearity(fn):
 
 
 def _range(name, value, low=None, high=None):
-    if (
-        not isinstance(value, (tuple, list))
-        or len(value) != 2
-        or not all(
-            isinstance(v, (int, float, np.floating, np.integer)) and not isinstance(v, bool) and math.isfinite(v)
-            for v in value
-        )
-        or not value[0] <= value[1]
-    ):
-        raise ValueError(f"{name} must be a pair (low, high) of finite numbers with low <= high; got {value!r}")
+    value = _validate.real_pair(name, value, strict=False)
     if (low is not None and value[0] <= low) or (high is not None and value[1] >= high):
         raise ValueError(f"{name} must lie in ({low}, {high}); got {value!r}")
-    return float(value[0]), float(value[1])
+    return value
 
 
 def init_params(
@@ -182,14 +173,13 @@ def init_params(
       >>> params.encoders.shape, rates.shape, bool(jnp.all(rates >= 0))
       ((1, 8), (5, 8), True)
     """
+    _validate.key("key", key)
     d = _validate.count("d", d)
     n = _validate.count("n_neurons", n_neurons)
     lo_c, hi_c = _range("intercepts", intercepts, -1.0, 1.0)
     threshold = _validate.positive("threshold", threshold)
     lo_j, hi_j = _range("max_currents", max_currents, threshold)
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {dtype}")
+    dtype = _validate.float_dtype("dtype", dtype)
     k1, k2, k3 = jax.random.split(key, 3)
     enc = core.random_normal(k1, (d, n), dtype=dtype)
     enc = enc / jnp.linalg.norm(enc, axis=0, keepdims=True)
@@ -289,7 +279,7 @@ def decoding_loss(decoders, activities, targets, sigma) -> Array:
     return (jnp.sum(r**2) + m * sigma**2 * jnp.sum(jnp.asarray(decoders) ** 2)) / (2 * m)
 
 
-def grad_decoding_loss(decoders, activities, targets, sigma) -> Array:
+def grad_decoding_loss_decoders(decoders, activities, targets, sigma) -> Array:
     r"""Gradient :math:`\frac{1}{M}\big(H^\top(HD - T) + M\sigma^2 D\big)` of :func:`decoding_loss`."""
     h, t = _acts_targets(activities, targets)
     sigma = _validate.nonnegative("sigma", sigma)
@@ -519,7 +509,7 @@ def energy(counts, expected_counts) -> Array:
     return core.energy(s if s.ndim == 2 else s[None])
 
 
-def grad_energy(counts, expected_counts) -> Array:
+def grad_counts(counts, expected_counts) -> Array:
     r"""Gradient of :func:`energy` in the counts: :math:`-\sum_j p(s_j \mid n)\ln F_{j}`.
 
     The softmax-weighted sum of the similarity gradients :math:`\partial\,\mathrm{sim}/\partial n

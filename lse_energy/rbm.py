@@ -57,7 +57,7 @@ Array = jax.Array
 
 __all__ = ["Params", "EnergyGap", "GibbsState", "FitExtras", "init_params", "joint_energy", "energy", "energy_hidden"]
 __all__ += ["grad_v", "grad_params", "energy_gap", "hidden_probs", "visible_probs", "sample_hidden", "sample_visible"]
-__all__ += ["gibbs", "binary_states", "log_partition", "log_likelihood", "grad_log_likelihood", "grad_cd"]
+__all__ += ["gibbs", "binary_states", "log_partition", "log_likelihood", "grad_log_likelihood_params", "grad_cd"]
 __all__ += ["gibbs_transition_matrix", "grad_cd_expected", "fit"]
 
 MAX_ENUMERATE = 24  # largest layer whose 2**n states we are willing to enumerate
@@ -147,24 +147,25 @@ def _check_layer(x, size: int, name: str, dtype, *, binary: bool = False) -> Arr
 
 
 # --- Energy, free energy and their gradients -------------------------------
-def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, data=None, dtype=jnp.float64) -> Params:
+def init_params(n_visible: int, n_hidden: int, *, key, scale: float = 0.01, x=None, dtype=None) -> Params:
     r"""Small random couplings :math:`W_{ij} \sim \mathcal N(0, \mathrm{scale}^2)`, :math:`c = 0`.
 
-    With ``data`` (``(N, n_visible)`` binary) the visible biases start at the log-odds of the pixel means,
+    With ``x`` (``(N, n_visible)`` binary) the visible biases start at the log-odds of the pixel means,
     :math:`b_i = \ln \bar v_i / (1 - \bar v_i)` (means clipped to ``[1e-3, 1 - 1e-3]``), so the untrained model
-    already has the data's marginals; otherwise :math:`b = 0`.
+    already has the data's marginals; otherwise :math:`b = 0`. ``dtype`` is a floating dtype, by default JAX's
+    default floating dtype (float64 with x64 on, float32 without).
     """
+    _validate.key("key", key)
     n_visible = _validate.count("n_visible", n_visible, 1)
     n_hidden = _validate.count("n_hidden", n_hidden, 1)
     _validate.nonnegative("scale", scale)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
+    dtype = _validate.float_dtype("dtype", dtype)
     W = scale * core.random_normal(key, (n_visible, n_hidden), dtype)
-    if data is None:
+    if x is None:
         b = jnp.zeros(n_visible, dtype)
     else:
-        data = _check_layer(data, n_visible, "data", dtype, binary=True)
-        p = jnp.clip(jnp.mean(jnp.atleast_2d(data), axis=0), 1e-3, 1 - 1e-3)
+        x = _check_layer(x, n_visible, "x", dtype, binary=True)
+        p = jnp.clip(jnp.mean(jnp.atleast_2d(x), axis=0), 1e-3, 1 - 1e-3)
         b = jnp.log(p) - jnp.log1p(-p)
     return Params(W, b, jnp.zeros(n_hidden, dtype))
 
@@ -401,11 +402,13 @@ def _bernoulli(key, p):
 
 def sample_hidden(params: Params, v, *, key) -> Array:
     r"""Draw :math:`h \sim P(h \mid v) = \prod_j P(h_j \mid v)` (the sampling algorithm of §23.2)."""
+    _validate.key("key", key)
     return _bernoulli(key, hidden_probs(params, v))
 
 
 def sample_visible(params: Params, h, *, key) -> Array:
     r"""Draw :math:`v \sim P(v \mid h) = \prod_i P(v_i \mid h)`."""
+    _validate.key("key", key)
     return _bernoulli(key, visible_probs(params, h))
 
 
@@ -456,6 +459,7 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
     Returns:
       :class:`GibbsState` after the last sweep.
     """
+    _validate.key("key", key)
     W, b, c = _check_params(params)
     v0 = _check_layer(v0, W.shape[0], "v0", W.dtype, binary=True)
     n_steps = _validate.count("n_steps", n_steps, 1)
@@ -463,9 +467,11 @@ def gibbs(params: Params, v0, n_steps: int, *, key) -> GibbsState:
 
 
 # --- Exact likelihood of small RBMs (enumeration) --------------------------
-def binary_states(n: int, dtype=jnp.float64) -> Array:
-    r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``)."""
+def binary_states(n: int, dtype=None) -> Array:
+    r"""All :math:`2^n` binary vectors, ``(2**n, n)``; row ``k`` holds the bits of ``k`` (unit ``i`` = bit ``i``),
+    in ``dtype`` (by default JAX's default floating dtype)."""
     n = _validate.count("n", n, 0)
+    dtype = _validate.float_dtype("dtype", dtype)
     if n > MAX_ENUMERATE:
         raise ValueError(f"n must be <= {MAX_ENUMERATE} to enumerate 2**n states; got {n}")
     idx = np.arange(2**n, dtype=np.int64)
@@ -505,8 +511,7 @@ def log_partition(params: Params, *, over: str = "auto") -> Array:
         ``MAX_ENUMERATE`` units.
     """
     W, b, c = _check_params(params)
-    if over not in ("auto", "visible", "hidden"):
-        raise ValueError(f"over must be 'auto', 'visible' or 'hidden'; got {over!r}")
+    _validate.choice("over", over, ("auto", "visible", "hidden"))
     if over == "auto":
         over = "visible" if W.shape[0] <= W.shape[1] else "hidden"
     n = W.shape[0] if over == "visible" else W.shape[1]
@@ -542,7 +547,7 @@ def log_likelihood(params: Params, v, *, log_z=None) -> Array:
     return energy(params, v) * -1.0 - log_z
 
 
-def grad_log_likelihood(params: Params, v) -> Params:
+def grad_log_likelihood_params(params: Params, v) -> Params:
     r"""Exact gradient of the mean log-likelihood (§23.5–23.7): positive minus negative phase.
 
     .. math::
@@ -601,7 +606,7 @@ def grad_cd_expected(params: Params, v, n_gibbs_steps: int) -> Params:
            + \sum_{v'} (p_\text{data} T^k)(v')\, \nabla_\theta F(v'),
 
     with :math:`T` from :func:`gibbs_transition_matrix`. At :math:`k = 0` it is zero; as :math:`k \to \infty`,
-    :math:`p_\text{data} T^k \to q` and it tends to :func:`grad_log_likelihood`.
+    :math:`p_\text{data} T^k \to q` and it tends to :func:`grad_log_likelihood_params`.
     """
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
@@ -666,8 +671,9 @@ def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
       key: a ``jax.random`` key.
 
     Returns:
-      :class:`Params`, an estimate of :func:`grad_log_likelihood`.
+      :class:`Params`, an estimate of :func:`grad_log_likelihood_params`.
     """
+    _validate.key("key", key)
     W, b, c = _check_params(params)
     v = jnp.atleast_2d(_check_layer(v, W.shape[0], "v", W.dtype, binary=True))
     k = _validate.count("n_gibbs_steps", n_gibbs_steps, 1)
@@ -769,12 +775,13 @@ def fit(
       >>> from lse_energy import rbm
       >>> key = jax.random.key(0)
       >>> x = (jax.random.uniform(key, (16, 6)) < 0.5).astype(float)  # binary
-      >>> params = rbm.init_params(6, 4, key=key, data=x, dtype=float)
+      >>> params = rbm.init_params(6, 4, key=key, x=x, dtype=float)
       >>> sgd = optax.sgd(0.1)
       >>> r = rbm.fit(params, x, key=key, optimizer=sgd, n_epochs=2, batch_size=8)
       >>> r.params.W.shape, r.energies.shape
       ((6, 4), (2,))
     """
+    _validate.key("key", key)
     W, b, c = _check_params(params)
     x = _check_layer(x, W.shape[0], "x", W.dtype, binary=True)
     if x.ndim != 2:

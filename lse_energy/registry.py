@@ -166,7 +166,7 @@ def _anpc(key):
 def _embedding(key):
     n, d = 4, 2
     counts = jnp.asarray([[1.0, 2, 1, 1], [2, 1, 3, 1], [1, 3, 1, 2], [1, 1, 2, 1]], jnp.result_type(float))
-    return dict(params=embedding.Params(_n(key, 0, (n, d), 0.5), _n(key, 1, (n, d), 0.5)), counts=counts)
+    return dict(params=embedding.Params(_n(key, 0, (n, d), 0.5), _n(key, 1, (n, d), 0.5)), x=counts)
 
 
 def _gan(key):
@@ -185,7 +185,7 @@ def _gru(key):
         _n(key, 4, (4, 2), 0.5),
         _n(key, 5, (2,), 0.1),
     )
-    return dict(params=params, xs=_n(key, 6, (2, 5, 3)))
+    return dict(params=params, x=_n(key, 6, (2, 5, 3)))
 
 
 def _adversarial(key):
@@ -309,7 +309,7 @@ MODELS: tuple[Model, ...] = (
         gru.min_gru,
         False,
         _gru,
-        ("params.U", "params.b", "params.U_g", "params.b_g", "xs"),
+        ("params.U", "params.b", "params.U_g", "params.b_g", "x"),
     ),
     Model(
         "autoencoder",

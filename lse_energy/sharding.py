@@ -459,6 +459,9 @@ def sharded_retrieve(memories, queries, mesh: Mesh, *, beta=1.0, n_steps=10, ret
     committed to any device or not, a fully replicated global array); every
     process gets the results of all processes' queries, in process order.
 
+    Args:
+      beta: the inverse temperature :math:`\beta > 0` that multiplies the similarities.
+
     Returns:
       As :func:`lse_energy.hopfield.retrieve`: ``(N, d)`` final states and,
       with ``return_energy``, the ``(n_steps + 1, N)`` per-query energies.

@@ -60,7 +60,7 @@ __all__ = [
     "responsibilities",
     "grad_next",
     "grad_prev",
-    "grad_trajectory",
+    "grad_x",
     "grad_A",
     "grad_b",
     "covariance_penalty",
@@ -293,7 +293,7 @@ def grad_prev(params: Params, x, *, normalised: bool = True) -> Array:
     return -jnp.einsum("tk,kji,tkj->ti", alpha, params.A, u)
 
 
-def grad_trajectory(params: Params, x, *, normalised: bool = True) -> Array:
+def grad_x(params: Params, x, *, normalised: bool = True) -> Array:
     r"""Full :math:`\partial E / \partial x_t` for every state: eq. (4) with both roles.
 
     An interior state is the child of term :math:`t-1` and a parent in term
@@ -494,6 +494,7 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
       key: a ``jax.random`` key (keyword-only).
       reg_covar: see :func:`m_step`.
     """
+    _validate.key("key", key)
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
     _validate.count("n_components", n_components, 1)
@@ -588,6 +589,7 @@ def fit(
       >>> bool(result.energies[-1] <= result.energies[0])
       True
     """
+    _validate.key("key", key)
     x = _check_x(x)
     _validate.nonnegative("reg_covar", reg_covar)
     _validate.count("n_components", n_components, 1)
@@ -644,6 +646,7 @@ def sample(params: Params, x0, n_steps: int, *, key):
     Returns:
       ``(x, z)``: ``(n_steps + 1, d)`` states and ``(n_steps,)`` modes.
     """
+    _validate.key("key", key)
     x0 = _validate.array("x0", x0, 1)
     params = _check_params(params, x0.shape[0])
     n_steps = _validate.count("n_steps", n_steps, 1)
@@ -735,7 +738,7 @@ def impute(params: Params, x, missing, *, n_steps: int = 200, step_size=None, no
 
     The states are nodes of the energy graph like any other: the update is
     :math:`x_t \leftarrow x_t - \eta\, \partial E/\partial x_t` with the full
-    (child + parent) gradient of :func:`grad_trajectory`, applied only at the
+    (child + parent) gradient of :func:`grad_x`, applied only at the
     missing steps; observed states stay fixed. The values of ``x`` at the
     missing steps are the starting point.
 

@@ -62,7 +62,7 @@ __all__ = [
     "grad_mu",
     "grad_w_k",
     "grad_w_q",
-    "grad_mu_regularised",
+    "grad_regularised_energy_mu",
     "gradient_step",
     "cccp_step",
     "e_step",
@@ -105,14 +105,8 @@ class Params(NamedTuple):
 
 def _check(params, x, mu, a=None):
     w_k, w_q = params = _validate.params(params, Params, {"w_k": "d_k d", "w_q": "d_k d_slot"})[0]
-    x, mu = _validate.array("x", x, 2), _validate.array("mu", mu, 2)
-    if x.shape[1] != w_k.shape[1]:
-        raise ValueError(f"x must have shape (N, {w_k.shape[1]}) to match params.w_k; got {x.shape}")
-    if mu.shape[1] != w_q.shape[1]:
-        raise ValueError(f"mu must have shape (S, {w_q.shape[1]}) to match params.w_q; got {mu.shape}")
-    for name, n, what in (("x", x.shape[0], "token (N >= 1)"), ("mu", mu.shape[0], "slot (S >= 1)")):
-        if n < 1:
-            raise ValueError(f"{name} must hold at least one {what}")
+    x = _validate.matrix("x", x, w_k.shape[1], "d = params.w_k.shape[1]")
+    mu = _validate.matrix("mu", mu, w_q.shape[1], "d_slot = params.w_q.shape[1]")
     if a is None:
         return params, x, mu
     a = _validate.array("a", a, 2)
@@ -274,7 +268,7 @@ def grad_w_q(params: Params, x, mu) -> Array:
     return -params.w_k @ (x.T @ a @ mu)
 
 
-def grad_mu_regularised(params: Params, x, mu, lam: float = 1.0) -> Array:
+def grad_regularised_energy_mu(params: Params, x, mu, lam: float = 1.0) -> Array:
     r""":math:`\partial F_\lambda/\partial \mu_i = \lambda \mu_i + \partial E/\partial\mu_i` (eq. 14 plus the node
     potential).
 
@@ -366,10 +360,8 @@ def e_step(params: Params, x, mu, *, n_steps: int, method: str = "cccp", lam: fl
       :math:`F_\lambda` (:func:`regularised_energy`; eq. 12 when ``lam=0``) along the run.
     """
     params, x, mu = _check(params, x, mu)
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
-        raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
-    if method not in ("cccp", "gradient"):
-        raise ValueError(f"method must be 'cccp' or 'gradient'; got {method!r}")
+    n_steps = _validate.count("n_steps", n_steps)
+    _validate.choice("method", method, ("cccp", "gradient"))
     _validate.nonnegative("lam", lam)
     if method == "cccp":
         _validate.positive("lam", lam)
@@ -535,8 +527,7 @@ def unconstrained_m_steps(params: Params, x, mu, a, *, n_steps: int):
       ``(params, MStepTrace)``: final maps and ``(n_steps + 1,)`` traces.
     """
     params, x, mu, a = _check(params, x, mu, a)
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)) or n_steps < 1:
-        raise ValueError(f"n_steps must be a positive integer; got {n_steps!r}")
+    n_steps = _validate.count("n_steps", n_steps)
     return _alternate(params, x, mu, a, int(n_steps))
 
 
@@ -642,17 +633,12 @@ def fit(
       ((4,), True)
     """
     params, x, mu = _check(params, x, mu)
-    for name, v in (("n_steps", n_steps), ("n_e_steps", n_e_steps)):
-        if not isinstance(v, (int, np.integer)) or v < 1:
-            raise ValueError(f"{name} must be a positive integer; got {v!r}")
+    n_steps, n_e_steps = _validate.count("n_steps", n_steps), _validate.count("n_e_steps", n_e_steps)
     _validate.positive("lam", lam)
-    if m_step not in ("procrustes", "least_squares"):
-        raise ValueError(f"m_step must be 'procrustes' or 'least_squares'; got {m_step!r}")
+    _validate.choice("m_step", m_step, ("procrustes", "least_squares"))
     if m_step == "procrustes":
         _validate.nonnegative("prox", prox)
-        wq = np.asarray(params.w_q)
-        if wq.shape[0] < wq.shape[1] or not np.allclose(wq.T @ wq, np.eye(wq.shape[1]), atol=1e-8):
-            raise ValueError("params.w_q must have orthonormal columns for m_step='procrustes'")
+        _validate.orthonormal_columns("params.w_q", params.w_q, "for m_step='procrustes'")
     with _progress.bar(progress, int(n_steps), f"slot-attention EM ({m_step})") as every:
         p, extras = jax.block_until_ready(
             _fit(
@@ -701,9 +687,9 @@ def fourier_features(points, *, n_features: int, lengthscale: float, key) -> Arr
     Returns:
       ``(N, D)`` tokens.
     """
+    _validate.key("key", key)
     points = _validate.array("points", points, 2)
-    if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)) or n_features < 1:
-        raise ValueError(f"n_features must be a positive integer; got {n_features!r}")
+    n_features = _validate.count("n_features", n_features)
     _validate.positive("lengthscale", lengthscale)
     return _fourier(points, key, jnp.asarray(lengthscale, points.dtype), int(n_features))
 
@@ -744,9 +730,9 @@ def init_slots(x, n_slots: int, *, key) -> Array:
     Returns:
       ``(S, d)`` initial slots.
     """
+    _validate.key("key", key)
     x = _validate.array("x", x, 2)
-    if isinstance(n_slots, bool) or not isinstance(n_slots, (int, np.integer)) or not 1 <= n_slots <= x.shape[0]:
-        raise ValueError(f"n_slots must be an integer in [1, N={x.shape[0]}]; got {n_slots!r}")
+    n_slots = _validate.count("n_slots", n_slots, high=x.shape[0], what="N")
     first = jax.random.randint(key, (), 0, x.shape[0])
     return x[_farthest(x, first, int(n_slots))]
 
@@ -764,8 +750,8 @@ def blob_scene(
       ``(points, labels, centres)``: ``(n_blobs * n_per_blob, 2)``, ``(n_blobs *
       n_per_blob,)`` integer labels, ``(n_blobs, 2)``.
     """
-    if isinstance(n_blobs, bool) or not isinstance(n_blobs, (int, np.integer)) or n_blobs < 1:
-        raise ValueError(f"n_blobs must be a positive integer; got {n_blobs!r}")
+    _validate.key("key", key)
+    n_blobs = _validate.count("n_blobs", n_blobs)
     _validate.positive("std", std)
     n_per_blob = _validate.count("n_per_blob", n_per_blob)
     n_candidates = _validate.count("n_candidates", n_candidates)

@@ -17,7 +17,6 @@ from functools import partial
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
 from lse_energy import _validate, core
 
@@ -38,8 +37,7 @@ def _check_structural(mu, x, w, prior, mu_name="mu"):
         raise ValueError(f"{mu_name} and x must each have at least one row (m, n >= 1); got {mu.shape}, {x.shape}")
     if w.shape != (mu.shape[1], x.shape[1]):
         raise ValueError(f"w must have shape (d_mu, d_x) = {(mu.shape[1], x.shape[1])}; got {w.shape}")
-    if prior not in _PRIORS:
-        raise ValueError(f"prior must be one of {_PRIORS}; got {prior!r}")
+    _validate.choice("prior", prior, _PRIORS)
     return mu, x, w
 
 
@@ -129,11 +127,8 @@ def cccp(mu0, x, w, *, prior: str = "hopfield", n_steps: int = 20):
       free energies :math:`F(\mu^{(0)}), \dots, F(\mu^{(T)})`.
     """
     mu0, x, w = _check_structural(mu0, x, w, prior, "mu0")
-    if isinstance(n_steps, bool) or not isinstance(n_steps, (int, np.integer)):
-        raise ValueError(f"n_steps must be a non-negative integer; got {n_steps!r}")
-    if n_steps < 0:
-        raise ValueError(f"n_steps must be >= 0; got {n_steps}")
-    return _cccp(mu0, x, w, prior=prior, n_steps=int(n_steps))
+    n_steps = _validate.count("n_steps", n_steps, 0)
+    return _cccp(mu0, x, w, prior=prior, n_steps=n_steps)
 
 
 @partial(jax.jit, static_argnums=3)

@@ -30,7 +30,7 @@ parents (the KL term is the closed form :func:`gaussian_kl`). With a Gaussian-mi
 :math:`p(z) = \sum_k \pi_k \mathcal N(z; m_k, S_k)` (:class:`MixturePrior`, diagonal :math:`S_k`), the prior term of
 the loss is exactly the book's energy with the latent codes as *children* and the mixture components as *parents*,
 :math:`\mathrm{sim}(z_n, k) = \ln\pi_k + \ln\mathcal N(z_n; m_k, S_k)` (:func:`sim`, :func:`energy`), and its
-gradient is the softmax-weighted sum of sim-gradients (:func:`grad_energy`). This is the GMM energy of chapter 02
+gradient is the softmax-weighted sum of sim-gradients (:func:`grad_prior_z`). This is the GMM energy of chapter 02
 applied to the codes; it is computed here with :func:`lse_energy.core.energy`, not through ``lse_energy.gmm``.
 
 On the notes as transcribed: §21 writes :math:`p(x) = \mathbb E_{z\sim q}[p(x|z)]` and inserts :math:`q(z)/q(z)`;
@@ -68,7 +68,7 @@ __all__ = [
     "encode",
     "fit",
     "gaussian_kl",
-    "grad_energy",
+    "grad_prior_z",
     "init_params",
     "init_prior",
     "iwae",
@@ -175,8 +175,7 @@ def _check_params(params) -> Params:
 
 
 def _check_decoder(decoder: str) -> str:
-    if decoder not in DECODERS:
-        raise ValueError(f"decoder must be one of {DECODERS}; got {decoder!r}")
+    _validate.choice("decoder", decoder, DECODERS)
     return decoder
 
 
@@ -194,14 +193,6 @@ def _check_unit_data(x) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _float_dtype(dtype):
-    """``dtype``, or the default floating dtype when it is None; ValueError if it is not floating."""
-    dtype = jnp.result_type(float) if dtype is None else dtype
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
-    return dtype
-
-
 def init_params(
     n_visible: int, n_latent: int, n_hidden: int, *, key, n_components: int | None = None, dtype=None
 ) -> Params:
@@ -217,10 +208,11 @@ def init_params(
       >>> params.enc_W.shape, params.mu_W.shape, params.prior is None
       ((6, 4), (4, 2), True)
     """
+    _validate.key("key", key)
     d_x = _validate.count("n_visible", n_visible)
     d_z = _validate.count("n_latent", n_latent)
     H = _validate.count("n_hidden", n_hidden)
-    dtype = jnp.dtype(_float_dtype(dtype))
+    dtype = _validate.float_dtype("dtype", dtype)
     K = None if n_components is None else _validate.count("n_components", n_components)
     return _init_params(key, d_x, d_z, H, K, dtype)
 
@@ -256,10 +248,11 @@ def _init_params(key, d_x, d_z, H, K, dtype) -> Params:
 
 def init_prior(n_components: int, n_latent: int, *, key, scale: float = 1.0, dtype=None) -> MixturePrior:
     r"""Uniform :math:`\pi`, means :math:`m_k \sim \mathcal N(0, \mathrm{scale}^2 I)`, unit scales."""
+    _validate.key("key", key)
     K = _validate.count("n_components", n_components)
     d_z = _validate.count("n_latent", n_latent)
     scale = _validate.positive("scale", scale)
-    return _prior(key, K, d_z, scale, _float_dtype(dtype))
+    return _prior(key, K, d_z, scale, _validate.float_dtype("dtype", dtype))
 
 
 def _prior(key, K, d_z, scale, dtype) -> MixturePrior:
@@ -408,7 +401,7 @@ def _log_std_normal(z):
     return -0.5 * jnp.sum(z**2, axis=-1) - 0.5 * z.shape[-1] * _LOG_2PI
 
 
-def grad_energy(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
+def grad_prior_z(prior: MixturePrior, z) -> tuple[MixturePrior, Array]:
     r"""Analytic gradients of :func:`energy`: softmax-weighted sums of sim-gradients (eq. 4 of the book).
 
     With :math:`w_{nk}` the responsibilities and :math:`r_{nk} = (z_n - m_k)/s_k` (per coordinate),
@@ -503,6 +496,7 @@ def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoull
     :math:`\frac1S \sum_s [\ln p(x|z_s) + \ln p(z_s) - \ln q(z_s|x)]`: an unbiased estimate of the
     ELBO (for the standard prior, :func:`loss` uses the closed-form KL instead).
     """
+    _validate.key("key", key)
     n = _validate.count("n_samples", n_samples)
     params = _check_params(params)
     x = _check_x(x, params.enc_W.shape[0])
@@ -511,6 +505,7 @@ def elbo(params: Params, x, *, key, n_samples: int = 1, decoder: str = "bernoull
 
 def iwae(params: Params, x, *, key, n_samples: int, decoder: str = "bernoulli", obs_scale: float = 1.0) -> Array:
     r"""Per-example draw of :math:`\mathrm{IWAE}_K` with :math:`K` = ``n_samples``, ``(N,)``."""
+    _validate.key("key", key)
     n = _validate.count("n_samples", n_samples)
     params = _check_params(params)
     x = _check_x(x, params.enc_W.shape[0])
@@ -624,7 +619,7 @@ def fit(
 
     Minibatches are reshuffled with ``key`` every epoch (a last partial batch is dropped); one code per example per
     step. The gradient is ``jax.grad`` of :func:`loss` (through the reparameterised sample); with a mixture prior in
-    ``params.prior`` it includes the softmax-weighted prior-energy gradient of :func:`grad_energy` and the prior is
+    ``params.prior`` it includes the softmax-weighted prior-energy gradient of :func:`grad_prior_z` and the prior is
     learned too. Jitted, nested ``lax.scan``.
 
     Args:
@@ -663,6 +658,7 @@ def fit(
       >>> r.params.prior.means.shape, r.energies.shape
       ((3, 2), (2,))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     decoder = _check_decoder(decoder)
     x = _check_x(x, params.enc_W.shape[0])

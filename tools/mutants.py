@@ -499,8 +499,8 @@ MUTANTS: tuple[Mutant, ...] = (
     M(
         "emb_pmi_total",
         "embedding",
-        "        + jnp.log(total)\n        - jnp.log(counts.sum(axis=1, keepdims=True))",
-        "        - jnp.log(counts.sum(axis=1, keepdims=True))",
+        "jnp.log(x) + jnp.log(total) - jnp.log(x.sum(axis=1, keepdims=True))",
+        "jnp.log(x) - jnp.log(x.sum(axis=1, keepdims=True))",
         "PMI drops ln(total) (dropped normaliser)",
     ),
     M(

@@ -5,7 +5,6 @@ Part of :mod:`lse_energy.adversarial`.
 
 from __future__ import annotations
 
-import math
 from functools import partial
 from typing import Any, NamedTuple
 
@@ -116,17 +115,7 @@ def _check_binary(params: Params, what: str) -> None:
 def _check_box(box):
     if box is None:
         return None
-    if not (isinstance(box, tuple) and len(box) == 2):
-        raise ValueError(f"box must be None or a (lo, hi) tuple; got {box!r}")
-    if not all(
-        isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool) and math.isfinite(v)
-        for v in box
-    ):
-        raise ValueError(f"box must hold two finite real numbers; got {box!r}")
-    lo, hi = float(box[0]), float(box[1])
-    if not lo < hi:
-        raise ValueError(f"box must have lo < hi; got {box!r}")
-    return (lo, hi)
+    return _validate.real_pair("box", box)
 
 
 def _check_in_box(x, box):
@@ -155,13 +144,12 @@ def init_params(n_in: int, n_hidden: int, n_classes: int, *, key, scale: float =
       >>> params.W1.shape, adversarial.logits(params, jnp.ones((5, 4))).shape
       ((4, 3), (5, 2))
     """
-    dtype = jnp.result_type(float) if dtype is None else dtype
+    _validate.key("key", key)
+    dtype = _validate.float_dtype("dtype", dtype)
     n_in, n_hidden = _validate.count("n_in", n_in), _validate.count("n_hidden", n_hidden)
     n_classes = _validate.count("n_classes", n_classes)
     scale = _validate.positive("scale", scale)
-    if not jnp.issubdtype(dtype, jnp.floating):
-        raise ValueError(f"dtype must be a floating dtype; got {jnp.dtype(dtype)}")
-    return _init_params(key, n_in, n_hidden, n_classes, scale, jnp.dtype(dtype))
+    return _init_params(key, n_in, n_hidden, n_classes, scale, dtype)
 
 
 @partial(jax.jit, static_argnums=(1, 2, 3, 5))
@@ -273,13 +261,13 @@ def _params_vjp(p: Params, x, c) -> Params:
     return Params(W1=x.T @ da, b1=jnp.sum(da, axis=0), W2=h.T @ c, b2=jnp.sum(c, axis=0))
 
 
-def grad_loss_params(params: Params, x, y) -> Params:
+def grad_params(params: Params, x, y) -> Params:
     r"""Gradient of the mean cross-entropy in the parameters.
 
     :math:`\partial \ell_n / \partial z = \operatorname{softmax}(z) - e_{t_n}`
     (the softmax weights minus the target's one-hot), backpropagated.
     """
-    return _grad_ce_params(*_check_multiclass_call(params, x, y, "grad_loss_params"))
+    return _grad_ce_params(*_check_multiclass_call(params, x, y, "grad_params"))
 
 
 def _grad_ce_params(p, x, y):
@@ -454,7 +442,7 @@ def pgd(
     eps = jnp.asarray(epsilon, x.dtype)
     x0 = x
     if key is not None:
-        key = _validate.prng_key("key", key)
+        key = _validate.key("key", key)
         x0 = _project(x + eps * core.random_uniform(key, x.shape, x.dtype, -1.0, 1.0), x, eps, box)
     inner, aux = (_binary_ce_inner, y.astype(x.dtype)) if params.W2.shape[1] == 1 else (_ce_inner, y)
     return _ascend(

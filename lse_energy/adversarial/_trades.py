@@ -89,7 +89,7 @@ def binary_trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Arr
     return _binary_trades(params, x, y.astype(x.dtype), x_adv, trades_weight)
 
 
-def grad_binary_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
+def grad_binary_trades_loss_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
     r"""Parameter gradient of :func:`binary_trades_loss` with :math:`X'` fixed.
 
     With :math:`g'(u) = -\sigma(-u)` (minus the softmax weight of the parent
@@ -145,7 +145,7 @@ def trades_loss(params: Params, x, y, x_adv, trades_weight: float) -> Array:
     return _trades(params, x, y, x_adv, trades_weight)
 
 
-def grad_trades_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
+def grad_trades_loss_params(params: Params, x, y, x_adv, trades_weight: float) -> Params:
     r"""Parameter gradient of :func:`trades_loss` with :math:`X'` fixed.
 
     With :math:`p = \operatorname{softmax} z`, :math:`q = \operatorname{softmax} z'`
@@ -192,6 +192,7 @@ def inner_maximize(
     Returns:
       :class:`Ascent`.
     """
+    _validate.key("key", key)
     params = _check_params(params)
     x = _check_x(params, x)
     box = _check_box(box)
@@ -332,6 +333,7 @@ def fit(
       >>> result.energies.shape, result.extras.batch_losses.shape
       ((2,), (2, 2))
     """
+    _validate.key("key", key)
     params = _check_params(params)
     x = _check_x(params, x)
     y = _check_y(params, y, x.shape[0])
@@ -342,8 +344,7 @@ def fit(
     step_size = epsilon / 4 if step_size is None else _validate.positive("step_size", step_size)
     box = _check_box(box)
     _check_in_box(x, box)
-    if defence not in ("trades", "augment"):
-        raise ValueError(f"defence must be 'trades' or 'augment'; got {defence!r}")
+    _validate.choice("defence", defence, ("trades", "augment"))
     dt = x.dtype
     inner = n_inner_steps if (trades_weight > 0 or defence == "augment") else 0
     return _descent.minibatch(

@@ -90,7 +90,7 @@ def train(s: dict, seed: int, n_epochs: int | None = None, progress: bool = Fals
         raise ValueError(f"n_epochs must be a multiple of {CHUNK}; got {n_epochs}")
     tr, te = split(s, seed)
     k_init, key = jax.random.split(jax.random.key(seed))
-    p = rbm.init_params(64, s["n_hidden"], key=k_init, scale=s["init_scale"], data=tr)
+    p = rbm.init_params(64, s["n_hidden"], key=k_init, scale=s["init_scale"], x=tr)
     indep = p._replace(W=jnp.zeros_like(p.W))
     ll_indep = float(jnp.mean(rbm.log_likelihood(indep, te)))
     curve, first = [], None

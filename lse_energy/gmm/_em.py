@@ -7,7 +7,6 @@ Part of :mod:`lse_energy.gmm`; the energy and its gradients are in ``lse_energy.
 from __future__ import annotations
 
 import math
-import operator
 from functools import partial
 
 import jax
@@ -555,7 +554,9 @@ def em(
     """
     params = check_params(params)
     max_iter, tol = _check_fit_args(max_iter, tol)
-    return _em(params, statistics, data, operator.index(n), jnp.asarray(shift), max_iter, tol, _check_reg(reg_covar))
+    return _em(
+        params, statistics, data, _validate.count("n", n), jnp.asarray(shift), max_iter, tol, _check_reg(reg_covar)
+    )
 
 
 def _em(params, statistics, data, n: int, shift, max_iter: int, tol: float, reg: float):

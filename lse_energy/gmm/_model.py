@@ -44,14 +44,6 @@ class Params(NamedTuple):
 _concrete = _validate.is_concrete
 
 
-def _float(name: str, a):
-    """``a`` as an array; integer and boolean dtypes are refused (no silent cast)."""
-    a = jnp.asarray(a)
-    if not jnp.issubdtype(a.dtype, jnp.floating):
-        raise ValueError(f"{name} must have a floating dtype; got {a.dtype}")
-    return a
-
-
 def check_x(x, d: int | None = None) -> Array:
     """``x`` as a non-empty ``(N, d)`` floating, finite array (``d``, when given, that of the means).
 
@@ -70,30 +62,10 @@ def check_params(params) -> Params:
     every entry is finite, the weights are positive and sum to one, and every
     covariance is symmetric positive definite.
     """
-    if not isinstance(params, tuple) or len(params) != 3:
-        raise ValueError("params must be gmm.Params(weights, means, covariances)")
-    weights, means, covariances = (_float(f"params.{f}", a) for f, a in zip(Params._fields, params))
-    if means.ndim != 2:
-        raise ValueError(f"params.means must have shape (K, d); got shape {means.shape}")
-    K, d = means.shape
-    if K < 1:
-        raise ValueError(f"params.means must have K >= 1 components; got shape {means.shape}")
-    if d < 1:
-        raise ValueError(f"params.means must have d >= 1; got shape {means.shape}")
-    if weights.shape != (K,):
-        raise ValueError(f"params.weights must have shape (K,) = ({K},); got shape {weights.shape}")
-    if covariances.shape != (K, d, d):
-        raise ValueError(
-            f"params.covariances must have shape (K, d, d) = ({K}, {d}, {d}); got shape {covariances.shape}"
-        )
-    if _concrete(weights, means, covariances):
-        w, m, c = (np.asarray(a, np.float64) for a in (weights, means, covariances))
-        for name, a in (("weights", w), ("means", m), ("covariances", c)):
-            if not np.all(np.isfinite(a)):
-                raise ValueError(f"params.{name} must be finite")
-        _validate.simplex("params.weights", weights)
-        _validate.spd_stack("params.covariances", covariances)
-    return Params(weights, means, covariances)
+    params, _ = _validate.params(params, Params, {"means": "K d", "weights": "K", "covariances": "K d d"})
+    _validate.simplex("params.weights", params.weights)
+    _validate.spd_stack("params.covariances", params.covariances)
+    return params
 
 
 def _check_reg(reg_covar) -> float:
@@ -284,7 +256,7 @@ def free_energy(params: Params, x, resp) -> Array:
       Scalar.
     """
     s = sim(params, x, normalised=True)
-    resp = _float("resp", resp)
+    resp = _validate.float_array("resp", resp)
     if resp.shape != s.shape:
         raise ValueError(f"resp must have shape (N, K) = {s.shape}; got shape {resp.shape}")
     if _concrete(resp):

@@ -198,6 +198,44 @@ def test_driver_keeps_the_input_dtype_with_x64(name, dtype):
     assert result_dtypes(name, dtype) == [dtype]
 
 
+def _default_dtype_calls():
+    """Calls that take the ``dtype`` default: with x64 off they must give float32 without a warning."""
+    from lse_energy import gan, rbm
+
+    key = jax.random.key(0)
+    return {
+        "rbm.init_params": lambda: rbm.init_params(3, 2, key=key),
+        "rbm.binary_states": lambda: rbm.binary_states(2),
+        "gan.init_mlp": lambda: gan.init_mlp((2, 3), key=key),
+        "gan.init_params": lambda: gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
+        "gan.ring_centers": lambda: gan.ring_centers(4),
+        # the control: a fixed float64 default, as these had before issue 48, warns with x64 off
+        "control: a float64 default": lambda: jnp.zeros(2, jnp.float64),
+    }
+
+
+def _leaf_dtypes(out) -> list[str]:
+    return sorted({str(np.asarray(a).dtype) for a in jax.tree_util.tree_leaves(out)})
+
+
+def test_every_dtype_argument_defaults_to_jax_default():
+    """A ``dtype`` argument of a public model function defaults to ``None``, JAX's default floating dtype
+    (``_validate.float_dtype``): a fixed ``jnp.float64`` ignores it, and warns with x64 off."""
+    import importlib
+    import inspect
+
+    from lse_energy.registry import MODELS
+    from tests.contracts.test_names import _public_functions
+
+    fixed = []
+    for m in MODELS:
+        for name, f in _public_functions(importlib.import_module(f"lse_energy.{m.name}")).items():
+            p = inspect.signature(f).parameters.get("dtype")
+            if p is not None and p.default not in (None, inspect.Parameter.empty):
+                fixed.append(f"{m.name}.{name}(dtype={p.default})")
+    assert fixed == []
+
+
 @pytest.fixture(scope="module")
 def x64_off_results():
     env = {**os.environ, "JAX_ENABLE_X64": "0", "JAX_PLATFORMS": "cpu"}
@@ -221,6 +259,18 @@ def test_driver_returns_float32_with_x64_off(name, dtype, x64_off_results):
     assert got == ["float32"], got
 
 
+@pytest.mark.parametrize("name", sorted(n for n in _default_dtype_calls() if not n.startswith("control")))
+def test_default_dtype_is_float32_with_x64_off_without_a_warning(name, x64_off_results):
+    """With x64 off, the default ``dtype`` gives float32 and no ``UserWarning`` (the subprocess turns
+    warnings into errors)."""
+    assert x64_off_results["defaults"][name] == ["float32"]
+
+
+def test_a_float64_default_warns_with_x64_off(x64_off_results):
+    """The control: the same check fails on a fixed float64 default."""
+    assert x64_off_results["defaults"]["control: a float64 default"].startswith("UserWarning")
+
+
 def _main() -> None:
     import warnings
 
@@ -233,7 +283,13 @@ def _main() -> None:
                 results[name][dtype] = result_dtypes(name, dtype)
             except Exception as err:  # reported, and fails the parent's assert
                 results[name][dtype] = f"{type(err).__name__}: {err}"[:500]
-    print(json.dumps({"x64": bool(jax.config.jax_enable_x64), "results": results}))
+    defaults = {}
+    for name, call in _default_dtype_calls().items():
+        try:
+            defaults[name] = _leaf_dtypes(call())
+        except Exception as err:
+            defaults[name] = f"{type(err).__name__}: {err}"[:500]
+    print(json.dumps({"x64": bool(jax.config.jax_enable_x64), "results": results, "defaults": defaults}))
 
 
 if __name__ == "__main__":

@@ -231,7 +231,7 @@ def build_slds(seed, n, k, d, scale):
 
     def grad(z):
         p = params(z)
-        return dict(x=slds.grad_trajectory(p, z["x"]), A=slds.grad_A(p, z["x"]), b=slds.grad_b(p, z["x"]))
+        return dict(x=slds.grad_x(p, z["x"]), A=slds.grad_A(p, z["x"]), b=slds.grad_b(p, z["x"]))
 
     def np_sim(z):
         r = z["x"][1:, None, :] - np.einsum("kij,tj->tki", z["A"], z["x"][:-1]) - z["b"][None]
@@ -694,7 +694,7 @@ def build_embedding(seed, n, k, d, scale):
         return embedding.Params(z["U"], z["V"])
 
     def grad(z):
-        g = embedding.grad_energy(p(z), counts)
+        g = embedding.grad_params(p(z), counts)
         return dict(U=g.U, V=g.V)
 
     def np_ref(z):  # E = -sum_c N_c ln sum_w exp(U_c . V_w)
@@ -724,8 +724,8 @@ def build_gan(seed, n, k, d, scale):
         q = p(z)
         a_r, a_f = gan.logit(q, z["x"]), gan.logit(q, gan.generate(q, z["z"]))
         n_r, n_f = a_r.shape[0], a_f.shape[0]
-        g_r = -n_r * gan.grad_logistic_loss(a_r, jnp.ones_like(a_r))  # dE/da_real = 1 - sigma(a)
-        g_f = -n_f * gan.grad_logistic_loss(a_f, jnp.zeros_like(a_f))  # dE/da_fake = -sigma(a)
+        g_r = -n_r * gan.grad_logistic_loss_logits(a_r, jnp.ones_like(a_r))  # dE/da_real = 1 - sigma(a)
+        g_f = -n_f * gan.grad_logistic_loss_logits(a_f, jnp.zeros_like(a_f))  # dE/da_fake = -sigma(a)
         wv = q.discriminator.weights[0][:, 0]
         return dict(x=g_r[:, None] * wv[None, :], z=g_f[:, None] * (q.generator.weights[0] @ wv)[None, :])
 
@@ -780,7 +780,7 @@ def build_population(seed, n, k, d, scale):
     return Instance(
         z,
         lambda z: population.energy(z["counts"], f_like(z)),
-        lambda z: dict(counts=population.grad_energy(z["counts"], f_like(z))),
+        lambda z: dict(counts=population.grad_counts(z["counts"], f_like(z))),
         lambda z: population.sim(z["counts"], f_like(z)),
         lambda z: -np.sum(_np_lse(np_sim(z))),
         mp_ref,
@@ -801,7 +801,7 @@ def build_vae(seed, n, k, d, scale):
         return vae.MixturePrior(z["logits"], z["means"], z["log_scales"])
 
     def grad(z):
-        g, g_z = vae.grad_energy(prior(z), z["z"])
+        g, g_z = vae.grad_prior_z(prior(z), z["z"])
         return dict(logits=g.logits, means=g.means, log_scales=g.log_scales, z=g_z)
 
     def np_sim(z):  # ln pi_k + sum_j ln N(z_nj; m_kj, s_kj^2), written out

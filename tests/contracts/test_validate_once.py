@@ -9,6 +9,10 @@ dtypes, never values.
 
 The control cases are scratch fits that check an argument twice, or call a checking public function
 on what they already checked; the watcher must report each.
+
+The watcher sees only the rules of ``_validate``: a check written out by hand in a model module is
+found by ``tests/contracts/test_hand_rolled.py`` (a scan of the modules' source), and a count or a
+key that no rule checks by ``tests/contracts/test_bad_counts_and_keys.py``.
 """
 
 from __future__ import annotations

@@ -532,7 +532,7 @@ CASES: list[Case] = [
         "too_few_nodes",
     ),
     C(
-        core.grad_graph,
+        core.grad_graph_energy_nodes,
         "finite",
         core_graph,
         lambda a: dict(nodes=_nan_at(a["nodes"], 0)),
@@ -605,7 +605,7 @@ CASES: list[Case] = [
         "K",
         gmm_energy,
         lambda a: dict(params=gmm.Params(jnp.zeros((0,)), jnp.zeros((0, 2)), jnp.zeros((0, 2, 2)))),
-        r"params.means must have K >= 1 components",
+        r"params.means must have shape \(K, d\) with K >= 1",
         "zero_components",
     ),
     C(gmm.fit, "K", gmm_fit, lambda a: dict(n_components=0), r"n_components must be an integer >= 1", "zero"),
@@ -1121,7 +1121,7 @@ CASES: list[Case] = [
         "positive",
         lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
         lambda a: dict(n_steps=-1),
-        r"n_steps must be >= 0",
+        r"n_steps must be an integer >= 0",
         "negative_steps",
     ),
     C(
@@ -1129,7 +1129,7 @@ CASES: list[Case] = [
         "dtype",
         lambda: dict(mu0=_normal((2, 3)), x=_normal((5, 4), 1), w=0.3 * _normal((3, 4), 2)),
         lambda a: dict(n_steps=1.5),
-        r"n_steps must be a non-negative integer",
+        r"n_steps must be an integer >= 0",
         "float_steps",
     ),
     C(structural.energy, "type", structural_args, lambda a: dict(prior="rows"), r"prior must be one of", "prior"),
@@ -1155,7 +1155,7 @@ CASES: list[Case] = [
         "shape",
         slot_args,
         lambda a: dict(x=_normal((5, 3))),
-        r"x must have shape \(N, 4\) to match params.w_k",
+        r"x must have 4 columns \(d = params.w_k.shape\[1\]\)",
         "x_width",
     ),
     C(
@@ -1179,7 +1179,7 @@ CASES: list[Case] = [
         "K",
         slot_args,
         lambda a: dict(mu=jnp.zeros((0, 2))),
-        r"mu must hold at least one slot \(S >= 1\)",
+        r"mu must have shape \(n, d_slot = params.w_q.shape\[1\]\) with n >= 1",
         "no_slots",
     ),
     C(
@@ -1199,7 +1199,7 @@ CASES: list[Case] = [
         "int_x",
     ),
     C(
-        slot_attention.grad_mu_regularised,
+        slot_attention.grad_regularised_energy_mu,
         "dtype",
         slot_args,
         lambda a: dict(mu=_ints(a["mu"])),
@@ -1231,7 +1231,7 @@ CASES: list[Case] = [
         "neg_lam",
     ),
     C(
-        slot_attention.grad_mu_regularised,
+        slot_attention.grad_regularised_energy_mu,
         "positive",
         slot_args,
         lambda a: dict(lam=-0.5),
@@ -1693,7 +1693,7 @@ CASES: list[Case] = [
         "shape",
         pc_net,
         lambda a: dict(xs=(a["xs"][0], _normal((2, 5)), a["xs"][2])),
-        r"xs\[1\] \(layer 2\) must have shape",
+        r"xs\[1\] must have shape \(\.\.\., n_2\) with n_2 = 4",
         "layer_width",
     ),
     C(
@@ -1855,7 +1855,7 @@ def anpc_infer_args():
 def emb_args():
     params = emb.Params(U=0.5 * _normal((4, 2)), V=0.5 * _normal((4, 2), 1))
     counts = jnp.asarray([[1.0, 2, 1, 1], [2, 1, 3, 1], [1, 3, 1, 2], [1, 1, 2, 1]])
-    return dict(params=params, counts=counts)
+    return dict(params=params, x=counts)
 
 
 def emb_params_only():
@@ -1863,7 +1863,7 @@ def emb_params_only():
 
 
 def emb_counts_only():
-    return dict(counts=emb_args()["counts"])
+    return dict(x=emb_args()["x"])
 
 
 def emb_ns():
@@ -1884,7 +1884,7 @@ _EMB_SGD = optax.sgd(0.1)  # one object: the optimizer is a static (hashed) argu
 
 def emb_fit():
     a = emb_args()
-    return dict(params=a["params"], x=a["counts"], optimizer=_EMB_SGD, n_steps=3)
+    return dict(params=a["params"], x=a["x"], optimizer=_EMB_SGD, n_steps=3)
 
 
 def emb_chain():
@@ -1909,8 +1909,8 @@ CASES += [
         emb.softmax_loss,
         "shape",
         emb_args,
-        lambda a: dict(counts=jnp.ones((3, 3))),
-        r"counts must have shape \(n_vocab, n_vocab\) = \(4, 4\)",
+        lambda a: dict(x=jnp.ones((3, 3))),
+        r"x must have shape \(n_vocab, n_vocab\) = \(4, 4\)",
         "counts_shape",
     ),
     C(
@@ -1965,12 +1965,12 @@ CASES += [
         emb.energy,
         "finite",
         emb_args,
-        lambda a: dict(counts=_nan_at(a["counts"])),
-        r"counts must be finite",
+        lambda a: dict(x=_nan_at(a["x"])),
+        r"x must be finite",
         "nan_counts",
     ),
     C(
-        emb.grad_energy,
+        emb.grad_params,
         "finite",
         emb_args,
         lambda a: dict(params=a["params"]._replace(U=_nan_at(a["params"].U))),
@@ -2033,7 +2033,7 @@ CASES += [
         "positive",
         lambda: dict(n_vocab=5),
         lambda a: dict(stay=-0.1),
-        r"stay must be a finite scalar >= 0",
+        r"stay must be a finite scalar in \[0, 1\)",
         "negative_stay",
     ),
     C(
@@ -2064,16 +2064,16 @@ CASES += [
         emb.softmax_loss,
         "domain",
         emb_args,
-        lambda a: dict(counts=-a["counts"]),
-        r"counts must be non-negative",
+        lambda a: dict(x=-a["x"]),
+        r"x must be non-negative",
         "negative_counts",
     ),
     C(
         emb.pmi,
         "domain",
         emb_counts_only,
-        lambda a: dict(counts=jnp.zeros((4, 4))),
-        r"counts must have a positive total",
+        lambda a: dict(x=jnp.zeros((4, 4))),
+        r"x must have a positive total",
         "zero_counts",
     ),
     C(
@@ -2105,7 +2105,7 @@ CASES += [
         "domain",
         lambda: dict(n_vocab=5),
         lambda a: dict(stay=1.0),
-        r"stay must be in \[0, 1\)",
+        r"stay must be a finite scalar in \[0, 1\)",
         "stay_one",
     ),
     C(emb.cosine, "domain", emb_cos, lambda a: dict(a=a["a"].at[0].set(0.0)), r"non-zero rows", "zero_row"),
@@ -2449,7 +2449,7 @@ CASES += [
         "nonbinary_v",
     ),
     C(
-        rbm.grad_log_likelihood,
+        rbm.grad_log_likelihood_params,
         "domain",
         rbm_args,
         lambda a: dict(v=jnp.full((2, 3), 0.5)),
@@ -2601,7 +2601,14 @@ CASES += [
         r"max_iter must be an integer >= 0",
         "negative_steps",
     ),
-    C(expanding.attend, "positive", ex_args, lambda a: dict(alpha0=-1.0), r"alpha0 must be finite and > 0", "alpha0"),
+    C(
+        expanding.attend,
+        "positive",
+        ex_args,
+        lambda a: dict(alpha0=-1.0),
+        r"alpha0 must be a finite scalar > 0",
+        "alpha0",
+    ),
     C(expanding.attend, "positive", ex_args, lambda a: dict(eps=1.5), r"eps must be a number in \(0, 1\)", "eps"),
     C(
         expanding.attend,
@@ -2811,11 +2818,11 @@ CASES += [
 
 def gru_min_args():
     p = gru.init_min_params(3, 4, 2, key=KEY)
-    return dict(params=p, xs=_normal((2, 5, 3)))
+    return dict(params=p, x=_normal((2, 5, 3)))
 
 
 def gru_gru_args():
-    return dict(params=gru.init_params(3, 4, 2, key=KEY), xs=_normal((2, 5, 3)))
+    return dict(params=gru.init_params(3, 4, 2, key=KEY), x=_normal((2, 5, 3)))
 
 
 def gru_cell_args():
@@ -2862,12 +2869,12 @@ CASES += [
         gru.min_gru,
         "shape",
         gru_min_args,
-        lambda a: dict(xs=_normal((5, 3))),
-        r"xs must have shape \(B, N, D\)",
+        lambda a: dict(x=_normal((5, 3))),
+        r"x must have shape \(B, N, D\)",
         "xs_2d",
     ),
-    C(gru.min_gru, "shape", gru_min_args, lambda a: dict(xs=_normal((2, 5, 4))), r"xs has D = 4 features", "xs_D"),
-    C(gru.min_gru, "finite", gru_min_args, lambda a: dict(xs=_nan_at(a["xs"])), r"xs must be finite", "nan_xs"),
+    C(gru.min_gru, "shape", gru_min_args, lambda a: dict(x=_normal((2, 5, 4))), r"x has D = 4 features", "xs_D"),
+    C(gru.min_gru, "finite", gru_min_args, lambda a: dict(x=_nan_at(a["x"])), r"x must be finite", "nan_xs"),
     C(
         gru.min_gru,
         "type",
@@ -2971,7 +2978,7 @@ CASES += [
         "domain",
         gru_fit,
         lambda a: dict(method="log"),
-        r"method must be 'sequential' or 'parallel'",
+        r"method must be one of 'sequential', 'parallel'",
         "log_training",
     ),
     C(
@@ -3280,9 +3287,9 @@ INT_INPUTS = [
     (gru.sigmoid, lambda: dict(a=_normal(3)), "a"),
     (gru.log_sigmoid, lambda: dict(a=_normal(3)), "a"),
     (gru.gru_cell, gru_cell_args, "h"),
-    (gru.gru, gru_gru_args, "xs"),
+    (gru.gru, gru_gru_args, "x"),
     (gru.min_coefficients, gru_min_args, "params.U_g"),
-    (gru.min_gru, gru_min_args, "xs"),
+    (gru.min_gru, gru_min_args, "x"),
     (gru.scan_sequential, gru_scan_args, "a"),
     (gru.scan_parallel, gru_scan_args, "b"),
     (gru.scan_cumprod, gru_scan_args, "h0"),
@@ -3290,7 +3297,7 @@ INT_INPUTS = [
     (gru.scan_log_signed, gru_signed_args, "log_a"),
     (gru.grad_scan_log, gru_grad_args, "cotangent"),
     (gru.logits, gru_min_args, "params.V"),
-    (gru.loss, gru_labelled, "xs"),
+    (gru.loss, gru_labelled, "x"),
     (gru.accuracy, gru_labelled, "params.c"),
     (gru.fit, gru_fit, "x"),
     # population: stimuli, activities, decoders, weights, matrices, inputs and rates are continuous
@@ -3299,14 +3306,14 @@ INT_INPUTS = [
     (population.decoders, pop_acts, "activities"),
     (population.decode, lambda: dict(activities=pop_acts()["activities"], decoders=jnp.full((5,), 1e-3)), "decoders"),
     (population.decoding_loss, pop_loss, "targets"),
-    (population.grad_decoding_loss, pop_loss, "activities"),
+    (population.grad_decoding_loss_decoders, pop_loss, "activities"),
     (population.connection_weights, pop_weights, "decoders"),
     (population.feedforward, pop_feedforward, "pre_activities"),
     (population.nef_matrices, pop_nef, "a"),
     (population.simulate, pop_sim, "y0"),
     (population.sim, pop_bayes, "expected_counts"),
     (population.energy, pop_bayes, "expected_counts"),
-    (population.grad_energy, pop_bayes, "expected_counts"),
+    (population.grad_counts, pop_bayes, "expected_counts"),
     (population.posterior, pop_bayes, "expected_counts"),
     (population.log_evidence, pop_bayes, "expected_counts"),
     (population.bayes_decode, lambda: dict(pop_bayes(), grid=jnp.asarray([-1.0, 0.0, 1.0])), "grid"),
@@ -3410,7 +3417,7 @@ INT_INPUTS = [
     (rbm.gibbs, rbm_gibbs, "params.W"),
     (rbm.log_partition, rbm_params_only, "params.W"),
     (rbm.log_likelihood, rbm_args, "params.W"),
-    (rbm.grad_log_likelihood, rbm_args, "params.W"),
+    (rbm.grad_log_likelihood_params, rbm_args, "params.W"),
     (rbm.grad_cd, rbm_keyed, "params.W"),
     (rbm.gibbs_transition_matrix, rbm_params_only, "params.W"),
     (rbm.grad_cd_expected, lambda: dict(rbm_args(), n_gibbs_steps=1), "params.W"),
@@ -3420,11 +3427,11 @@ INT_INPUTS = [
     (emb.scores, emb_params_only, "params.U"),
     (emb.log_partition, emb_params_only, "params.V"),
     (emb.energy, emb_args, "params.U"),
-    (emb.grad_energy, emb_args, "params.U"),
+    (emb.grad_params, emb_args, "params.U"),
     (emb.softmax_loss, emb_args, "params.U"),
-    (emb.grad_softmax_loss, emb_args, "params.V"),
+    (emb.grad_softmax_loss_params, emb_args, "params.V"),
     (emb.negative_sampling_loss, emb_ns, "noise"),
-    (emb.grad_negative_sampling_loss, emb_ns, "params.U"),
+    (emb.grad_negative_sampling_loss_params, emb_ns, "params.U"),
     (emb.sampled_negative_sampling_loss, emb_sampled, "params.U"),
     (emb.sample_chain, emb_chain, "transition"),
     (emb.cosine, emb_cos, "a"),
@@ -3437,7 +3444,7 @@ INT_INPUTS = [
     (slds.responsibilities, slds_energy, "x"),
     (slds.grad_next, slds_energy, "x"),
     (slds.grad_prev, slds_energy, "x"),
-    (slds.grad_trajectory, slds_energy, "x"),
+    (slds.grad_x, slds_energy, "x"),
     (slds.grad_A, slds_energy, "x"),
     (slds.grad_b, slds_energy, "x"),
     (slds.covariance_penalty, lambda: dict(slds_params_only(), reg_covar=0.1), "params.covariances"),
@@ -3459,7 +3466,7 @@ INT_INPUTS = [
     (slot_attention.grad_mu, slot_args, "mu"),
     (slot_attention.grad_w_k, slot_args, "params.w_k"),
     (slot_attention.grad_w_q, slot_args, "params.w_q"),
-    (slot_attention.grad_mu_regularised, slot_args, "x"),
+    (slot_attention.grad_regularised_energy_mu, slot_args, "x"),
     (slot_attention.gradient_step, lambda: dict(slot_args(), step=0.1), "mu"),
     (slot_attention.cccp_step, slot_args, "mu"),
     (slot_attention.e_step, slot_e_step, "mu"),
@@ -3525,7 +3532,7 @@ INT_INPUTS = [
     (gan.logit, lambda: {k: v for k, v in gan_args().items() if k != "z"}, "x"),
     (gan.discriminate, lambda: {k: v for k, v in gan_args().items() if k != "z"}, "x"),
     (gan.logistic_loss, gan_logits, "logits"),
-    (gan.grad_logistic_loss, gan_logits, "labels"),
+    (gan.grad_logistic_loss_logits, gan_logits, "labels"),
     (gan.energy, gan_args, "x"),
     (gan.discriminator_loss, gan_args, "z"),
     (gan.generator_loss, lambda: {k: v for k, v in gan_args().items() if k != "x"}, "z"),
@@ -3566,7 +3573,7 @@ CASES += [
         "int_prior_logits",
     ),
     C(
-        vae.grad_energy,
+        vae.grad_prior_z,
         "dtype",
         vae_prior,
         _vae_prior_field("log_scales", _ints),
@@ -3657,7 +3664,7 @@ CASES += [
         "int_x",
     ),
     C(
-        adversarial.grad_loss_params,
+        adversarial.grad_params,
         "dtype",
         adv_args,
         lambda a: dict(x=_ints(a["x"])),
@@ -3714,7 +3721,7 @@ CASES += [
         "negative_trades_weight",
     ),
     C(
-        adversarial.grad_binary_trades_params,
+        adversarial.grad_binary_trades_loss_params,
         "dtype",
         adv_binary,
         lambda a: dict(x=_ints(a["x"])),
@@ -3746,7 +3753,7 @@ CASES += [
         "binary_params",
     ),
     C(
-        adversarial.grad_trades_params,
+        adversarial.grad_trades_loss_params,
         "dtype",
         adv_trades,
         lambda a: dict(x_adv=_ints(a["x_adv"])),
@@ -3814,9 +3821,9 @@ CASES += [
         adversarial.fgsm,
         "type",
         adv_fgsm,
-        lambda a: dict(box=[0.0, 1.0]),
-        r"box must be None or a \(lo, hi\) tuple",
-        "box_list",
+        lambda a: dict(box=(0.0,)),
+        r"box must be a pair \(low, high\) of finite numbers with low < high",
+        "box_single",
     ),
     C(adversarial.fgsm, "dtype", adv_fgsm, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
     C(adversarial.pgd, "K", adv_pgd, lambda a: dict(n_steps=0), r"n_steps must be an integer >= 1", "zero_steps"),
@@ -3901,7 +3908,7 @@ CASES += [
         "domain",
         adv_fit,
         lambda a: dict(defence="mixup"),
-        r"defence must be 'trades' or 'augment'; got 'mixup'",
+        r"defence must be one of 'trades', 'augment'; got 'mixup'",
         "unknown_defence",
     ),
     C(
@@ -4202,7 +4209,7 @@ CASES += [
     C(ae_mod.encode, "dtype", ae_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
     C(ae_mod.reconstruct, "dtype", ae_args, lambda a: dict(x=_ints(a["x"])), r"x must have a floating dtype", "int_x"),
     C(
-        ae_mod.grad_loss,
+        ae_mod.grad_params,
         "dtype",
         ae_args,
         lambda a: dict(params=a["params"]._replace(W=_ints(a["params"].W))),
@@ -4243,7 +4250,7 @@ CASES += [
         "int_W",
     ),
     C(
-        ae_mod.grad_linear_loss,
+        ae_mod.grad_linear_loss_W,
         "dtype",
         ae_cov_args,
         lambda a: dict(cov=_ints(a["cov"])),
@@ -4476,7 +4483,7 @@ def test_every_continuous_input_has_an_integer_dtype_case():
     "fn, make, arg",
     [
         (rbm.energy, rbm_args, "v"),
-        (emb.softmax_loss, emb_args, "counts"),
+        (emb.softmax_loss, emb_args, "x"),
         (population.energy, pop_bayes, "counts"),
     ],
     ids=["rbm.energy-v", "embedding.softmax_loss-counts", "population.energy-counts"],

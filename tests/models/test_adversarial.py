@@ -66,7 +66,7 @@ def test_input_gradient_eq4_form(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_loss_params(seed):
     p, (x, t) = random_params(seed), random_data(seed)
-    assert_gradient(lambda q: adv.loss(q, x, t), lambda q: adv.grad_loss_params(q, x, t), p, n_coords=None)
+    assert_gradient(lambda q: adv.loss(q, x, t), lambda q: adv.grad_params(q, x, t), p, n_coords=None)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -75,7 +75,7 @@ def test_grad_trades_params(seed):
     xa = x + 0.1 * jax.random.normal(jax.random.key(seed), x.shape)
     assert_gradient(
         lambda q: adv.trades_loss(q, x, t, xa, 2.5),
-        lambda q: adv.grad_trades_params(q, x, t, xa, 2.5),
+        lambda q: adv.grad_trades_loss_params(q, x, t, xa, 2.5),
         p,
         n_coords=None,
     )
@@ -87,7 +87,7 @@ def test_grad_binary_trades_params(seed):
     xa = x + 0.1 * jax.random.normal(jax.random.key(seed), x.shape)
     assert_gradient(
         lambda q: adv.binary_trades_loss(q, x, t, xa, 1.7),
-        lambda q: adv.grad_binary_trades_params(q, x, t, xa, 1.7),
+        lambda q: adv.grad_binary_trades_loss_params(q, x, t, xa, 1.7),
         p,
         n_coords=None,
     )

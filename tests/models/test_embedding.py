@@ -36,7 +36,7 @@ def _instance(seed, n=6, d=3, scale=0.7):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_softmax_loss(seed):
     params, counts, _ = _instance(seed)
-    assert_gradient(lambda p: emb.softmax_loss(p, counts), lambda p: emb.grad_softmax_loss(p, counts), params)
+    assert_gradient(lambda p: emb.softmax_loss(p, counts), lambda p: emb.grad_softmax_loss_params(p, counts), params)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -44,7 +44,7 @@ def test_grad_negative_sampling_loss(seed):
     params, counts, noise = _instance(seed)
     assert_gradient(
         lambda p: emb.negative_sampling_loss(p, counts, noise, 3),
-        lambda p: emb.grad_negative_sampling_loss(p, counts, noise, 3),
+        lambda p: emb.grad_negative_sampling_loss_params(p, counts, noise, 3),
         params,
     )
 
@@ -52,7 +52,7 @@ def test_grad_negative_sampling_loss(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_grad_energy(seed):
     params, counts, _ = _instance(seed)
-    assert_gradient(lambda p: emb.energy(p, counts), lambda p: emb.grad_energy(p, counts), params)
+    assert_gradient(lambda p: emb.energy(p, counts), lambda p: emb.grad_params(p, counts), params)
 
 
 # --- losses against brute force --------------------------------------------------
@@ -210,14 +210,14 @@ def test_fit_matches_optax_loop_and_descends(objective):
     res = emb.fit(p0, counts, optimizer=opt, n_steps=60, objective=objective, n_negatives=3)
     noise = emb.noise_distribution(counts)
     if objective == "softmax":
-        loss, grad = (lambda p: emb.softmax_loss(p, counts)), (lambda p: emb.grad_softmax_loss(p, counts))
+        loss, grad = (lambda p: emb.softmax_loss(p, counts)), (lambda p: emb.grad_softmax_loss_params(p, counts))
     else:
 
         def loss(p):
             return emb.negative_sampling_loss(p, counts, noise, 3)
 
         def grad(p):
-            return emb.grad_negative_sampling_loss(p, counts, noise, 3)
+            return emb.grad_negative_sampling_loss_params(p, counts, noise, 3)
 
     p, s, values = p0, opt.init(p0), []
     total = float(counts.sum())

@@ -56,7 +56,7 @@ def test_logistic_loss_is_binary_cross_entropy(seed):
 def test_grad_logistic_loss(seed):
     r = rng(seed)
     a, t = jnp.asarray(r.normal(size=9) * 2), jnp.asarray(r.random(9))
-    assert_gradient(lambda x: gan.logistic_loss(x, t), lambda x: gan.grad_logistic_loss(x, t), a)
+    assert_gradient(lambda x: gan.logistic_loss(x, t), lambda x: gan.grad_logistic_loss_logits(x, t), a)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -107,7 +107,9 @@ def test_discriminator_gradient_is_softmax_weight_minus_label(seed):
     def analytic(th):
         q = p._replace(discriminator=th)
         a_r, a_f = gan.logit(q, x), gan.logit(q, g)
-        w = jnp.concatenate([gan.grad_logistic_loss(a_r, jnp.ones(4)), gan.grad_logistic_loss(a_f, jnp.zeros(4))])
+        w = jnp.concatenate(
+            [gan.grad_logistic_loss_logits(a_r, jnp.ones(4)), gan.grad_logistic_loss_logits(a_f, jnp.zeros(4))]
+        )
         _, vjp = jax.vjp(
             lambda t: jnp.concatenate(
                 [gan.logit(p._replace(discriminator=t), x), gan.logit(p._replace(discriminator=t), g)]

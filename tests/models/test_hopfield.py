@@ -81,13 +81,16 @@ def test_grad_regularised(seed):
     m, x = instance(seed)
     assert_gradient(
         lambda q: hopfield.regularised_energy(m, q, beta=2.0),
-        lambda q: hopfield.grad_queries_regularised(m, q, beta=2.0),
+        lambda q: hopfield.grad_regularised_energy_queries(m, q, beta=2.0),
         x,
         n_coords=None,
     )
     # update = x - grad E_reg: a unit gradient step
     np.testing.assert_allclose(
-        hopfield.update(m, x, beta=2.0), x - hopfield.grad_queries_regularised(m, x, beta=2.0), rtol=1e-12, atol=1e-14
+        hopfield.update(m, x, beta=2.0),
+        x - hopfield.grad_regularised_energy_queries(m, x, beta=2.0),
+        rtol=1e-12,
+        atol=1e-14,
     )
 
 

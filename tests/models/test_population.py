@@ -57,10 +57,12 @@ def test_decoding_loss_gradient_and_stationarity(seed):
     sigma = 0.05
     d0 = jax.random.normal(jax.random.PRNGKey(seed + 10), (20,))
     assert_gradient(
-        lambda d: population.decoding_loss(d, h, x, sigma), lambda d: population.grad_decoding_loss(d, h, x, sigma), d0
+        lambda d: population.decoding_loss(d, h, x, sigma),
+        lambda d: population.grad_decoding_loss_decoders(d, h, x, sigma),
+        d0,
     )
     d_star = population.decoders(h, x, sigma)
-    assert float(jnp.max(jnp.abs(population.grad_decoding_loss(d_star, h, x, sigma)))) < 1e-12
+    assert float(jnp.max(jnp.abs(population.grad_decoding_loss_decoders(d_star, h, x, sigma)))) < 1e-12
 
 
 def test_transformation_through_weights_equals_decode_then_encode_and_tracks_square():
@@ -189,7 +191,7 @@ def test_bayes_posterior_and_evidence_against_poisson_pmf(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_bayes_energy_gradient(seed):
     counts, f = _bayes_instance(seed)
-    assert_gradient(lambda n: population.energy(n, f), lambda n: population.grad_energy(n, f), counts + 0.3)
+    assert_gradient(lambda n: population.energy(n, f), lambda n: population.grad_counts(n, f), counts + 0.3)
 
 
 def test_simulate_float32():

@@ -144,7 +144,7 @@ def test_log_likelihood_grad(seed):
     p = random_params(seed)
     v = random_binary(seed, (9, M))
     assert_gradient(
-        lambda q: jnp.mean(rbm.log_likelihood(q, v)), lambda q: rbm.grad_log_likelihood(q, v), p, n_coords=None
+        lambda q: jnp.mean(rbm.log_likelihood(q, v)), lambda q: rbm.grad_log_likelihood_params(q, v), p, n_coords=None
     )
 
 
@@ -354,7 +354,7 @@ def test_expected_cd_gradient_limits():
     v = random_binary(2, (12, M))
     zero = flat(rbm.grad_cd_expected(p, v, 0))
     assert np.max(np.abs(zero)) < 1e-15
-    exact = flat(rbm.grad_log_likelihood(p, v))
+    exact = flat(rbm.grad_log_likelihood_params(p, v))
     far = flat(rbm.grad_cd_expected(p, v, 400))
     np.testing.assert_allclose(far, exact, rtol=0, atol=1e-10 * np.max(np.abs(exact)))
 
@@ -408,7 +408,7 @@ def test_cd1_training_raises_exact_log_likelihood(uniform_bits):
     p_true = np.mean(flip**d * (1 - flip) ** (M - d), axis=1)
     np.testing.assert_allclose(p_true.sum(), 1.0, rtol=1e-12)
     ll_true = np.mean(np.log(p_true[data.astype(int) @ (2 ** np.arange(M))]))
-    p0 = rbm.init_params(M, N, key=jax.random.key(0), scale=0.01, data=data)
+    p0 = rbm.init_params(M, N, key=jax.random.key(0), scale=0.01, x=data)
     ll0 = float(jnp.mean(rbm.log_likelihood(p0, data)))
     kw = dict(optimizer=optax.sgd(0.1), n_epochs=150, batch_size=20, uniform_bits=uniform_bits)
     fit = rbm.fit(p0, data, key=jax.random.key(1), **kw)

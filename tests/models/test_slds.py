@@ -87,7 +87,7 @@ def test_grad_trajectory(seed, normalised):
     p, x = random_params(seed), random_x(seed)
     assert_gradient(
         lambda v: slds.energy(p, v, normalised=normalised),
-        lambda v: slds.grad_trajectory(p, v, normalised=normalised),
+        lambda v: slds.grad_x(p, v, normalised=normalised),
         x,
     )
 
@@ -109,7 +109,7 @@ def test_grad_next_and_prev_per_transition(seed, normalised):
     # and the trajectory gradient is their sum (eq. 4: child + parent)
     gn, gp = slds.grad_next(p, x, normalised=normalised), slds.grad_prev(p, x, normalised=normalised)
     total = jnp.zeros_like(x).at[1:].add(gn).at[:-1].add(gp)
-    np.testing.assert_allclose(total, slds.grad_trajectory(p, x, normalised=normalised), rtol=1e-13, atol=1e-13)
+    np.testing.assert_allclose(total, slds.grad_x(p, x, normalised=normalised), rtol=1e-13, atol=1e-13)
 
 
 @pytest.mark.parametrize("normalised", [True, False])
@@ -286,8 +286,8 @@ def test_impute_descends_to_stationary_point(seed):
         filled, es = slds.impute(p, start, missing, n_steps=400)
         es = np.asarray(es)
         assert np.all(np.diff(es) <= 1e-12 * np.abs(es[1:]))
-        g = slds.grad_trajectory(p, filled)[jnp.asarray(missing)]
-        assert float(jnp.max(jnp.abs(g))) < 1e-6 * float(jnp.max(jnp.abs(slds.grad_trajectory(p, start))))
+        g = slds.grad_x(p, filled)[jnp.asarray(missing)]
+        assert float(jnp.max(jnp.abs(g))) < 1e-6 * float(jnp.max(jnp.abs(slds.grad_x(p, start))))
         # observed states untouched
         keep = np.setdiff1d(np.arange(61), missing)
         np.testing.assert_array_equal(filled[keep], start[keep])

@@ -109,7 +109,9 @@ def test_grad_free_energy_mu(seed):
     params, x, mu = problem(seed)
     lam = 0.5 + seed
     assert_gradient(
-        lambda v: sa.regularised_energy(params, x, v, lam), lambda v: sa.grad_mu_regularised(params, x, v, lam), mu
+        lambda v: sa.regularised_energy(params, x, v, lam),
+        lambda v: sa.grad_regularised_energy_mu(params, x, v, lam),
+        mu,
     )
 
 
@@ -169,7 +171,7 @@ def test_cccp_fixed_point_monotone_and_stationary(seed):
     trace = np.asarray(trace)
     assert np.all(np.diff(trace) <= 1e-12 * np.abs(trace).max())
     # converged to a stationary point of F_lambda
-    g = sa.grad_mu_regularised(params, x, m, lam)
+    g = sa.grad_regularised_energy_mu(params, x, m, lam)
     assert jnp.linalg.norm(g) <= 1e-8 * jnp.linalg.norm(sa.grad_mu(params, x, m))
 
 
@@ -360,7 +362,9 @@ def test_init_slots_farthest_point():
 
 def test_validation_errors():
     params, x, mu = problem(0)
-    with pytest.raises(ValueError, match="mu must have 2 dimensions"):
+    with pytest.raises(
+        ValueError, match=r"mu must have shape \(n, d_slot = params.w_q.shape\[1\]\) with n >= 1; got \(3,\)"
+    ):
         sa.grad_mu(params, x, mu[0])
     with pytest.raises(ValueError, match="n_steps"):
         sa.e_step(params, x, mu, n_steps=0)
@@ -395,3 +399,19 @@ def test_fit_progress_bar_reaches_total_and_leaves_results_unchanged():
         np.testing.assert_allclose(np.asarray(v), np.asarray(u), rtol=1e-10, atol=1e-12)
     with pytest.raises(ValueError, match="progress must be a bool"):
         sa.fit(params, x, mu, n_steps=2, progress=1)
+
+
+def test_procrustes_accepts_a_float32_qr_factor_and_refuses_a_scaled_one():
+    """The orthonormality check on ``params.w_q`` follows the dtype (``sqrt(eps)``): a float32 QR factor,
+    orthonormal to float32 round-off (about 1e-7, above the 1e-8 a fixed tolerance asked for), is
+    accepted; the same factor scaled by 1.01 (columns of norm 1.01) is refused (issue 48)."""
+    q, _ = jnp.linalg.qr(jax.random.normal(jax.random.key(1), (4, 2), jnp.float32))
+    err = float(np.max(np.abs(np.asarray(q, np.float64).T @ np.asarray(q, np.float64) - np.eye(2))))
+    assert err > 1e-8  # the old fixed tolerance would have refused it
+    x = jax.random.normal(jax.random.key(3), (6, 2), jnp.float32)
+    mu = jax.random.normal(jax.random.key(4), (3, 2), jnp.float32)
+    w_k = jax.random.normal(jax.random.key(2), (4, 2), jnp.float32)
+    result = sa.fit(sa.Params(w_k, q), x, mu, n_steps=2, m_step="procrustes")
+    assert result.energies.dtype == jnp.float32
+    with pytest.raises(ValueError, match="params.w_q must have orthonormal columns"):
+        sa.fit(sa.Params(w_k, 1.01 * q), x, mu, n_steps=2, m_step="procrustes")

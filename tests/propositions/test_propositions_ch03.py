@@ -126,7 +126,7 @@ def test_energy_gradients_and_seed_signs():
     are evaluated from the proposition with explicit loops (alpha from the
     definition) and compared with the complex-step derivatives of eq. (17)
     written as a loop, as are the package's ``grad_next``, ``grad_prev``,
-    ``grad_trajectory``, ``grad_A`` and ``grad_b``. The seed's printed
+    ``grad_x``, ``grad_A`` and ``grad_b``. The seed's printed
     -dE/dx_{t+1} and -dE/dx_t are the exact negatives, and a small step along
     them raises the energy.
     """
@@ -177,7 +177,7 @@ def test_energy_gradients_and_seed_signs():
             (g_b, cs_b),
             (slds.grad_next(p, xj, normalised=normalised), cs_next),
             (slds.grad_prev(p, xj, normalised=normalised), cs_prev),
-            (slds.grad_trajectory(p, xj, normalised=normalised), cs_traj),
+            (slds.grad_x(p, xj, normalised=normalised), cs_traj),
             (slds.grad_A(p, xj, normalised=normalised), cs_A),
             (slds.grad_b(p, xj, normalised=normalised), cs_b),
         ]

@@ -79,7 +79,7 @@ def test_hopfield_gradients():
         assert _close(X - xi, _grad_reg(X, M, beta), sx + np.linalg.norm(X))
         assert _close(hopfield.grad_queries(M, X, beta=beta), gx, sx)
         assert _close(hopfield.grad_memories(M, X, beta=beta), gm, sm)
-        assert _close(hopfield.grad_queries_regularised(M, X, beta=beta), X - xi, sx + np.linalg.norm(X))
+        assert _close(hopfield.grad_regularised_energy_queries(M, X, beta=beta), X - xi, sx + np.linalg.norm(X))
 
 
 _hess_one = jax.jit(jax.hessian(lambda x, M, beta: -logsumexp(beta * M @ x) / beta))

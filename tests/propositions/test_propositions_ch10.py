@@ -29,7 +29,7 @@ SHAPES = [(3, 2), (5, 4), (4, 6), (6, 3)]  # (m visible, n hidden)
 # the package's functions under test, jitted once per shape
 free_energy, hidden_probs, energy_gap = jax.jit(rbm.energy), jax.jit(rbm.hidden_probs), jax.jit(rbm.energy_gap)
 grad_v, grad_params = jax.jit(rbm.grad_v), jax.jit(rbm.grad_params)
-grad_log_likelihood = jax.jit(rbm.grad_log_likelihood)
+grad_log_likelihood = jax.jit(rbm.grad_log_likelihood_params)
 
 
 def states(n):

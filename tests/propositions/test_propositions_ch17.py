@@ -46,8 +46,8 @@ def energy_brute(U, V, counts):
     return -np.sum(counts.sum(axis=1) * np.log(np.exp(S).sum(axis=1)))
 
 
-grad_softmax_loss, grad_energy = jax.jit(emb.grad_softmax_loss), jax.jit(emb.grad_energy)
-grad_ns = jax.jit(emb.grad_negative_sampling_loss, static_argnums=3)
+grad_softmax_loss, grad_energy = jax.jit(emb.grad_softmax_loss_params), jax.jit(emb.grad_params)
+grad_ns = jax.jit(emb.grad_negative_sampling_loss_params, static_argnums=3)
 
 
 def _instances(seed):

@@ -318,7 +318,7 @@ def test_mixture_prior_energy_is_the_lse_energy():
     """prior_energy = -sum_n ln sum_k pi_k N(z_n; m_k, S_k) (scipy densities), and its gradients in z and
     in the means are softmax-weighted sums of sim-gradients (complex-step derivatives)."""
     rng = np.random.default_rng(5)
-    energy, grad = jax.jit(vae.energy), jax.jit(vae.grad_energy)
+    energy, grad = jax.jit(vae.energy), jax.jit(vae.grad_prior_z)
     shapes = [(2, 1, 3), (3, 2, 4), (4, 3, 5), (1, 2, 2)]  # (K, d_z, N)
     for i in range(N_INSTANCES):
         K, d, N = shapes[i % len(shapes)]

@@ -26,7 +26,7 @@ jax.config.update("jax_enable_x64", True)
 
 N_INSTANCES = 100
 decoders = jax.jit(population.decoders)
-posterior, energy, grad_energy = population.posterior, jax.jit(population.energy), jax.jit(population.grad_energy)
+posterior, energy, grad_energy = population.posterior, jax.jit(population.energy), jax.jit(population.grad_counts)
 
 
 def test_noise_averaged_loss_is_ridge_objective():

@@ -28,7 +28,7 @@ N_INSTANCES = 100
 LN4 = np.log(4.0)
 
 optimal_logit = jax.jit(gan.optimal_logit)
-logistic_loss, grad_logistic_loss = jax.jit(gan.logistic_loss), jax.jit(gan.grad_logistic_loss)
+logistic_loss, grad_logistic_loss = jax.jit(gan.logistic_loss), jax.jit(gan.grad_logistic_loss_logits)
 
 
 def d_star(p, q, pad=16):
