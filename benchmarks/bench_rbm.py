@@ -241,7 +241,7 @@ def run(tiles: int = 10, n_hidden: int = 256, batch_size: int = 64, lr: float = 
                 + ("; this is the stream stored runs replay" if label == "default draws" else "")
             )
             if target and not met:
-                lowered = rbm._fit.lower(
+                lowered = rbm._lower(
                     p0, sgd.init(p0), xj, jax.random.key(1, impl=impl), sgd, 1, batch_size, 1, False, bits or 0
                 )
                 shares = epoch_profile(fns[label], lowered.compile().as_text())

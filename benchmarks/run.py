@@ -1,6 +1,7 @@
 """Run every comparison side by side and print one table of ratios; also write ``_build/bench.json``.
 
-Usage: ``python benchmarks/run.py [--scale S] [--only gmm,attention,rbm,structural,scaling,gru,first_call]``.
+Usage: ``python benchmarks/run.py [--scale S] [--only SECTIONS]``, SECTIONS a comma-separated subset of
+``gmm,attention,rbm,structural,scaling,gru,first_call,compile_once``.
 ``--scale`` (default 1) multiplies the data sizes of the GMM and RBM rows, for quick runs.
 Timings are medians of alternating repetitions within this one process; the
 load average is printed with them, since they depend on the machine.
@@ -28,6 +29,7 @@ jax.config.update("jax_enable_x64", True)
 
 from benchmarks import (  # noqa: E402
     bench_attention,
+    bench_compile_once,
     bench_first_call,
     bench_gmm,
     bench_gru,
@@ -90,7 +92,7 @@ def _gmm_sizes(N: int):
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--scale", type=float, default=1.0)
-    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling,gru,first_call")
+    ap.add_argument("--only", default="gmm,attention,rbm,structural,scaling,gru,first_call,compile_once")
     ap.add_argument("--out", default=str(ROOT / "_build" / "bench.json"))
     args = ap.parse_args(argv)
     only = set(args.only.split(","))
@@ -107,6 +109,8 @@ def main(argv=None) -> int:
         "gru": lambda: bench_gru.run(ns=tuple(max(1024, int(n * s)) for n in (4096, 16384, 65536))),
         # every public fit's first call in a new process, cold and with a warm compilation cache
         "first_call": lambda: bench_first_call.run(),
+        # every trainer's second call with a fresh but equal optimizer, beside the same object's
+        "compile_once": lambda: bench_compile_once.run(),
     }
     out = pathlib.Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -30,6 +30,7 @@ _SUBMODULES = (
     "autoencoder",
     "compile_cache",
     "diffusion",
+    "drivers",
     "embedding",
     "expanding",
     "experiments",

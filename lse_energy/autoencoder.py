@@ -482,14 +482,15 @@ class FitExtras(NamedTuple):
     grad_norm: Array
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_steps", "activation"))
-def _fit_jit(params, opt_state, x, optimizer, n_steps, activation):
-    def value_and_grad(p, _):
-        g = _grad(p, x, activation)
-        return (_loss(p, x, activation), jnp.sqrt(jnp.sum(g.W * g.W))), g
+def _value_and_grad(p, _, x, activation):
+    # one full-batch step of the driver (_descent.steps): the loss and the gradient norm, the analytic gradient
+    g = _grad(p, x, activation)
+    return (_loss(p, x, activation), jnp.sqrt(jnp.sum(g.W * g.W))), g
 
-    (p, s), (values, gnorm) = _descent.scan(value_and_grad, params, opt_state, optimizer, length=n_steps)
-    return p, values, s, gnorm
+
+def _result(opt_state, values):
+    values, gnorm = values
+    return values, FitExtras(opt_state, gnorm), values
 
 
 def fit(
@@ -498,13 +499,13 @@ def fit(
     r"""Train a tied autoencoder by full-batch gradient descent on :func:`loss` (§19 of the lecture notes).
 
     Each of the ``n_steps`` steps computes the analytic gradient
-    :func:`grad_loss` on all of ``x`` and applies one ``optimizer`` update
+    :func:`grad_params` on all of ``x`` and applies one ``optimizer`` update
     (``optax.sgd(lr)`` is plain gradient descent). Jitted, with ``lax.scan``.
 
     Args:
       params: initial :class:`Params` (cast to ``x``'s dtype).
       x: ``(N, d)`` training data.
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_steps: number of steps, integer ``>= 1``.
       activation: the encoder nonlinearity, one of :data:`ACTIVATIONS`.
       opt_state: optimizer state from a previous call, or ``None`` to initialise it.
@@ -534,9 +535,13 @@ def fit(
     _validate.optimizer(optimizer)
     n_steps = _validate.count("n_steps", n_steps, 1)
     params = Params(*(jnp.asarray(a, x.dtype) for a in params))
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, values, s, gnorm = _fit_jit(params, opt_state, x, optimizer, n_steps, activation)
-    out = core.FitResult(p, values, n_steps, None, FitExtras(s, gnorm))
-    _validate.require_finite("autoencoder.fit", out, steps=values, hint="lower the optimizer's learning rate")
-    return out
+    return _descent.steps(
+        "autoencoder.fit",
+        partial(_value_and_grad, activation=activation),
+        params,
+        optimizer=optimizer,
+        n_steps=n_steps,
+        args=x,
+        opt_state=opt_state,
+        result=_result,
+    )

@@ -755,17 +755,22 @@ def _full_objective(objective, S, counts, noise, k):
     return _ns_loss(S, counts, noise, k)
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_steps", "objective", "k", "batch_size"))
-def _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objective, k, batch_size):
+def _setup(args):
+    # once per fit, inside the compiled program: the inverse-CDF tables of pairs (cells of counts) and negatives
+    counts, noise = args
     total = counts.sum()
-    n = counts.shape[0]
-    # inverse-CDF sampling of pairs (cells of counts) and of negatives (from noise)
-    cdf_pairs = jnp.cumsum(counts.ravel()) / total
-    cdf_noise = jnp.cumsum(noise) / noise.sum()
+    return counts, noise, total, jnp.cumsum(counts.ravel()) / total, jnp.cumsum(noise) / noise.sum()
 
-    def draw(kk, cdf, shape):
-        u = core.random_uniform(kk, shape, cdf.dtype)
-        return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
+
+def _draw(kk, cdf, shape):
+    u = core.random_uniform(kk, shape, cdf.dtype)
+    return jnp.minimum(jnp.searchsorted(cdf, u, side="right"), cdf.shape[0] - 1)
+
+
+def _value_and_grad(p, kk, args, objective, k, batch_size):
+    # one step of the driver (_descent.steps): the full objective, and the full or sampled gradient
+    counts, noise, total, cdf_pairs, cdf_noise = args
+    n = counts.shape[0]
 
     def full_grad(p):
         S = p.U @ p.V.T
@@ -775,20 +780,20 @@ def _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objectiv
 
     def minibatch_loss(p, kk):
         kp, kn = jax.random.split(kk)
-        cell = draw(kp, cdf_pairs, (batch_size,))
+        cell = _draw(kp, cdf_pairs, (batch_size,))
         ce, co = cell // n, cell % n
         if objective == "softmax":
             Uc = p.U[ce]
             return jnp.mean(jax.nn.logsumexp(Uc @ p.V.T, axis=1) - jnp.sum(Uc * p.V[co], axis=1))
-        neg = draw(kn, cdf_noise, (batch_size, k))
+        neg = _draw(kn, cdf_noise, (batch_size, k))
         return _sampled_ns(p.U, p.V, ce, co, neg) / batch_size
 
-    def value_and_grad(p, kk):
-        value = _full_objective(objective, p.U @ p.V.T, counts, noise, k) / total
-        return value, (full_grad(p) if batch_size == 0 else jax.grad(minibatch_loss)(p, kk))
+    value = _full_objective(objective, p.U @ p.V.T, counts, noise, k) / total
+    return value, (full_grad(p) if batch_size == 0 else jax.grad(minibatch_loss)(p, kk))
 
-    (p, s), values = _descent.scan(value_and_grad, params, opt_state, optimizer, jax.random.split(key, n_steps))
-    return p, s, values
+
+def _result(opt_state, values):
+    return values, FitExtras(opt_state), values
 
 
 def fit(
@@ -809,8 +814,8 @@ def fit(
     The objective, divided by the number of pairs :math:`N = \sum N_{co}`, is
     :func:`softmax_loss` (``objective="softmax"``) or
     :func:`negative_sampling_loss` (``"negative"``). With ``batch_size=None``
-    each step takes the exact full-batch gradient (:func:`grad_softmax_loss`,
-    :func:`grad_negative_sampling_loss`: negatives in expectation). With an
+    each step takes the exact full-batch gradient (:func:`grad_softmax_loss_params`,
+    :func:`grad_negative_sampling_loss_params`: negatives in expectation). With an
     integer ``batch_size`` each step samples that many pairs from the counts
     and, for ``"negative"``, ``n_negatives`` negatives per pair from ``noise``, as
     word2vec's SGD does ("backpropagates only some negative cases"); ``key``
@@ -819,7 +824,7 @@ def fit(
     Args:
       params: initial :class:`Params`.
       x: ``(n_vocab, n_vocab)`` non-negative co-occurrence counts :math:`N_{co}` (:func:`cooccurrence`).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_steps: number of optimizer steps, ``>= 1``.
       objective: ``"softmax"`` or ``"negative"``.
       n_negatives: :math:`k`, the negatives per pair (``"negative"`` only), ``>= 1``.
@@ -867,9 +872,15 @@ def fit(
         if key is None:
             raise ValueError("key is required when batch_size is given (pairs and negatives are sampled)")
     params = Params(U, V)
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, s, values = _fit_jit(params, opt_state, counts, noise, key, optimizer, n_steps, objective, k, batch)
-    out = core.FitResult(p, values, n_steps, None, FitExtras(s))
-    _validate.require_finite("embedding.fit", out, steps=values, hint="lower the optimizer's learning rate")
-    return out
+    return _descent.steps(
+        "embedding.fit",
+        partial(_value_and_grad, objective=objective, k=k, batch_size=batch),
+        params,
+        optimizer=optimizer,
+        n_steps=n_steps,
+        key=key,
+        args=(counts, noise),
+        opt_state=opt_state,
+        setup=_setup,
+        result=_result,
+    )

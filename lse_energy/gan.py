@@ -717,6 +717,7 @@ def _fit(
     train_generator,
     report_every,
 ):
+    d_optimizer, g_optimizer = d_optimizer.value, g_optimizer.value  # _descent.Static: compiled once per configuration
     noise_dim = params.generator.weights[0].shape[0]
     dtype = data.dtype
 
@@ -779,7 +780,7 @@ def fit(
     \kappa\nabla_\theta`, :math:`\varphi \leftarrow \varphi - \kappa\nabla_\varphi`.
     With ``train_generator=False`` the generator is fixed and only :math:`D`
     learns (it then tends to :math:`D^* = p_{\rm data}/(p_{\rm data} + p_g)`).
-    Jitted, one ``lax.scan``; the optimizers are static arguments (hashable).
+    Jitted, one ``lax.scan``; compiled once per configuration of the optimizers (``_descent.Static``).
     With concrete arguments it validates them; it may also be ``jax.vmap``-ed over
     ``params`` and ``key`` (return arrays only, e.g. ``fit(...).params``).
 
@@ -847,8 +848,8 @@ def fit(
                 x,
                 key,
                 opt_state,
-                d_optimizer=d_optimizer,
-                g_optimizer=g_optimizer,
+                d_optimizer=_descent.Static(d_optimizer),
+                g_optimizer=_descent.Static(g_optimizer),
                 n_steps=n_steps,
                 batch_size=batch_size,
                 n_discriminator_steps=n_discriminator_steps,

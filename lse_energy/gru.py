@@ -763,30 +763,24 @@ def accuracy(params, x, y, *, method: str = "parallel") -> Array:
     return jnp.mean(jnp.argmax(_logits(params, x, _check_method(method)), axis=-1) == y)
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "method"))
-def _fit(params, opt_state, x, y, x_eval, y_eval, key, optimizer, n_epochs, batch_size, method):
-    n_batches = x.shape[0] // batch_size
-    grad = jax.value_and_grad(_loss)
+def _value_and_grad(p, batch, args, method):
+    # one minibatch of the driver (_descent.minibatch)
+    return jax.value_and_grad(_loss)(p, batch[0], batch[1], method)
 
-    def acc(p, xs, ys):
+
+def _epoch_end(p, values, data, args, method):
+    # after each epoch: its mean loss, the training accuracy and the held-out accuracy (or None)
+    (x, y), (x_eval, y_eval) = data, args
+
+    def acc(xs, ys):
         return jnp.mean(jnp.argmax(_logits(p, xs, method), axis=-1) == ys).astype(x.dtype)
 
-    def epoch(carry, k):
-        p, s = carry
-        perm = jax.random.permutation(k, x.shape[0])[: n_batches * batch_size]
-        xb = x[perm].reshape((n_batches, batch_size) + x.shape[1:])
-        yb = y[perm].reshape(n_batches, batch_size)
+    return jnp.mean(values), acc(x, y), acc(x_eval, y_eval) if x_eval is not None else None
 
-        def value_and_grad(p, data):
-            return grad(p, data[0], data[1], method)
 
-        (p, s), vals = _descent.scan(value_and_grad, p, s, optimizer, (xb, yb))
-        ev = acc(p, x_eval, y_eval) if x_eval is not None else None
-        return (p, s), (jnp.mean(vals), acc(p, x, y), ev)
-
-    keys = jax.random.split(key, n_epochs)
-    (p, s), (losses, tr, ev) = lax.scan(epoch, (params, opt_state), keys)
-    return p, s, losses, tr, ev
+def _result(opt_state, values, ends):
+    losses, tr, ev = ends
+    return losses, FitExtras(opt_state, tr, ev), losses
 
 
 def fit(
@@ -856,9 +850,17 @@ def fit(
         y_eval = _check_labels(y_eval, x_eval.shape[0], params.c.shape[0], "y_eval")
     n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0], "B")
     _validate.choice("method", method, ("sequential", "parallel"))
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, s, losses, tr, ev = _fit(params, opt_state, x, y, x_eval, y_eval, key, optimizer, n_epochs, batch_size, method)
-    out = core.FitResult(p, losses, n_epochs, None, FitExtras(s, tr, ev))
-    _validate.require_finite("gru.fit", out, steps=losses, hint="lower the optimizer's learning rate")
-    return out
+    return _descent.minibatch(
+        "gru.fit",
+        partial(_value_and_grad, method=method),
+        params,
+        (x, y),
+        key=key,
+        optimizer=optimizer,
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        args=(x_eval, y_eval),
+        opt_state=opt_state,
+        epoch_end=partial(_epoch_end, method=method),
+        result=_result,
+    )

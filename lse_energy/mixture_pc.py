@@ -557,6 +557,8 @@ class FitExtras(NamedTuple):
     jax.jit, static_argnames=("optimizer", "n_steps", "n_infer_steps", "n_learn_steps", "auto_step", "report_every")
 )
 def _fit_jit(params, x, mu0, step_size, optimizer, n_steps, n_infer_steps, n_learn_steps, auto_step, report_every=0):
+    optimizer = optimizer.value  # a _descent.Static: compiled once per configuration, not per optimizer object
+
     def learn(carry, _):
         p, state, mu = carry
         p, state = _descent.step(optimizer, _grad_params(p, x, mu), state, p)
@@ -650,7 +652,18 @@ def fit(
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
     with _progress.bar(progress, n_steps, "predictive-coding mixture fit (rounds)") as every:
         p, energies, extras = jax.block_until_ready(
-            _fit_jit(params, x, mu0, eta, optimizer, n_steps, n_infer_steps, n_learn_steps, step_size is None, every)
+            _fit_jit(
+                params,
+                x,
+                mu0,
+                eta,
+                _descent.Static(optimizer),
+                n_steps,
+                n_infer_steps,
+                n_learn_steps,
+                step_size is None,
+                every,
+            )
         )
     out = core.FitResult(p, energies, n_steps, None, extras)
     _validate.require_finite(

@@ -613,7 +613,9 @@ class FitExtras(NamedTuple):
     batch_energies: Any = None
 
 
-def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, n_infer_steps):
+def _value_and_grad(params, batch, args, n_infer_steps):
+    # one minibatch of the driver (_descent.minibatch): clamp, relax, then the Hebbian gradient
+    (xb, yb), (prec, eta) = batch, args
     L = len(params.weights) + 1
     xs0 = _forward(params, xb)
     loss = 0.5 * jnp.mean(jnp.sum((yb - xs0[-1]) ** 2, axis=-1))
@@ -622,31 +624,12 @@ def _train_batch(params, opt_state, xb, yb, prec, eta, optimizer, n_infer_steps)
     xs, _ = _infer_batch(params, xs0, prec, eta, clamp, n_infer_steps)
     grads = jax.tree.map(lambda g: g / xb.shape[0], _grad_params(params, xs, prec))
     energy = _energy(params, xs, prec) / xb.shape[0]  # at the equilibrium, before the weight step
-    params, opt_state = _descent.step(optimizer, grads, opt_state, params)
-    return params, opt_state, energy, loss
+    return (energy, loss), grads
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "n_infer_steps"))
-def _train_jit(params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, n_infer_steps):
-    n_batches = x.shape[0] // batch_size
-
-    def epoch(carry, k):
-        p, s = carry
-        perm = jax.random.permutation(k, x.shape[0])[: n_batches * batch_size]
-        xb = x[perm].reshape(n_batches, batch_size, -1)
-        yb = y[perm].reshape(n_batches, batch_size, -1)
-
-        def batch(carry, data):
-            p, s = carry
-            p, s, F, loss = _train_batch(p, s, data[0], data[1], prec, eta, optimizer, n_infer_steps)
-            return (p, s), (F, loss)
-
-        (p, s), (F, loss) = jax.lax.scan(batch, (p, s), (xb, yb))
-        return (p, s), (F, loss)
-
-    keys = jax.random.split(key, n_epochs)
-    (p, s), (F, loss) = jax.lax.scan(epoch, (params, opt_state), keys)
-    return p, F, FitExtras(opt_state=s, loss=loss)
+def _result(opt_state, values, _):
+    energies, loss = values
+    return jnp.mean(energies, axis=1), FitExtras(opt_state, loss, energies), energies
 
 
 def fit(
@@ -681,7 +664,7 @@ def fit(
       y: ``(N, n_L)`` targets (clamped at the top), e.g. one-hot labels.
       precisions: ``(L,)``, see :func:`errors`.
       key: PRNG key for the shuffling (keyword-only).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs, n_infer_steps: integers ``>= 1``.
       batch_size: integer in ``[1, N]``.
       step_size: inference step :math:`\eta > 0`.
@@ -725,16 +708,20 @@ def fit(
     n_epochs, batch_size = _validate.trainer(optimizer, n_epochs, batch_size, x.shape[0])
     n_infer_steps = _validate.count("n_infer_steps", n_infer_steps, 1)
     eta = jnp.asarray(_validate.positive("step_size", step_size), x.dtype)
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, energies, extras = _train_jit(
-        params, opt_state, x, y, prec, eta, key, optimizer, n_epochs, batch_size, n_infer_steps
+    return _descent.minibatch(
+        "pcn.fit",
+        partial(_value_and_grad, n_infer_steps=n_infer_steps),
+        params,
+        (x, y),
+        key=key,
+        optimizer=optimizer,
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        args=(prec, eta),
+        opt_state=opt_state,
+        result=_result,
+        hint="lower the optimizer's learning rate or the inference step_size",
     )
-    out = core.FitResult(p, jnp.mean(energies, axis=1), n_epochs, None, extras._replace(batch_energies=energies))
-    _validate.require_finite(
-        "pcn.fit", out, steps=energies, hint="lower the optimizer's learning rate or the inference step_size"
-    )
-    return out
 
 
 # --- the other two modes ---------------------------------------------------------

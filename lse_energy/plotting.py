@@ -115,10 +115,19 @@ def _texts(fig):
     legends = [ax.get_legend() for ax in fig.axes] + list(fig.legends)
     legends = [leg for leg in legends if leg is not None and leg.get_visible()]
     inside = {id(t) for leg in legends for t in leg.findobj(Text)}
+    # Matplotlib keeps labels for ticks outside the axis's view limits but never draws them.
+    undrawn = set()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            lo, hi = sorted(axis.get_view_interval())
+            pad = 1e-9 * max(1.0, abs(hi - lo))
+            for tick in axis.get_major_ticks() + axis.get_minor_ticks():
+                if not lo - pad <= tick.get_loc() <= hi + pad:
+                    undrawn |= {id(tick.label1), id(tick.label2)}
     out = [
         (repr(t.get_text())[:40], t)
         for t in fig.findobj(Text)
-        if t.get_visible() and t.get_text().strip() and id(t) not in inside
+        if t.get_visible() and t.get_text().strip() and id(t) not in inside | undrawn
     ]
     return out + [("legend", leg) for leg in legends]
 

@@ -824,36 +824,46 @@ def grad_cd(params: Params, v, n_gibbs_steps: int = 1, *, key) -> Params:
     return _cd_gradient_jit(W, b, c, v, key, k)
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "k", "monitor", "bits"))
-def _fit(params, opt_state, data, key, optimizer, n_epochs, batch_size, k, monitor=True, bits=0):
-    n_batches = data.shape[0] // batch_size
+def _value_and_grad(p, batch, args, k):
+    # a minibatch of _descent.minibatch: no loss; optax descends, so -CD-k (CD-k estimates +d ln p / d theta)
+    return None, jax.tree_util.tree_map(jnp.negative, _cd_gradient(p.W, p.b, p.c, *batch, k))
 
-    def batch_step(carry, inp):
-        p, s = carry
-        batch, keys = inp
-        g = _cd_gradient(p.W, p.b, p.c, batch, keys, k)
-        # The optimizer descends: its gradient is -g, the CD estimate of -d ln p / d theta.
-        return _descent.step(optimizer, jax.tree_util.tree_map(jnp.negative, g), s, p), None
 
-    def epoch(carry, ek):
-        kperm, kcd = jax.random.split(ek)
-        perm = _permutation(kperm, data.shape[0])[: n_batches * batch_size]
-        batches = data[perm].reshape(n_batches, batch_size, data.shape[1])
-        keys = jax.vmap(_sweep_keys, (0, None))(jax.random.split(kcd, n_batches), k)  # (n_batches, k, 2)
-        if bits:  # every sweep's (hidden, visible) blocks at once: in a step's fusion XLA would hash a block 4 times
-            keys = tuple(_blocks(keys[:, :, i], -(-batch_size * n // 4)) for i, n in enumerate(params.W.shape[::-1]))
-        carry, _ = jax.lax.scan(batch_step, carry, (batches, keys))
-        if not monitor:
-            return carry, (None, None)
-        p = carry[0]
-        ph = jax.nn.sigmoid(data @ p.W + p.c)
-        recon = jax.nn.sigmoid(ph @ p.W.T + p.b)
-        err = jnp.mean((data - recon) ** 2)
-        fe = jnp.mean(_free_energy(p.W, p.b, p.c, data))
-        return carry, (err, fe)
+def _batch_keys(keys, args, k, bits, shape):
+    # the minibatches' keys -> each sweep's (hidden, visible) keys, (n_batches, k, 2)
+    keys = jax.vmap(_sweep_keys, (0, None))(keys, k)
+    if bits:  # every sweep's blocks at once: in a step's fusion XLA would hash a block 4 times
+        batch_size, n_visible, n_hidden = shape
+        keys = tuple(_blocks(keys[:, :, i], -(-batch_size * n // 4)) for i, n in enumerate((n_hidden, n_visible)))
+    return keys
 
-    (params, opt_state), (err, fe) = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
-    return params, fe, FitExtras(reconstruction_error=err, opt_state=opt_state)
+
+def _epoch_end(p, values, data, args):
+    # the per-epoch diagnostics (monitor): reconstruction error and mean free energy of all the data
+    ph = jax.nn.sigmoid(data @ p.W + p.c)
+    recon = jax.nn.sigmoid(ph @ p.W.T + p.b)
+    return jnp.mean((data - recon) ** 2), jnp.mean(_free_energy(p.W, p.b, p.c, data))
+
+
+def _result(opt_state, values, ends):
+    err, fe = ends or (None, None)
+    return fe, FitExtras(reconstruction_error=err, opt_state=opt_state), fe
+
+
+def _driver(shape, batch_size, k, monitor, bits):  # the hooks of fit's _descent.minibatch call (and _lower's)
+    return dict(
+        value_and_grad=partial(_value_and_grad, k=k),
+        batch_keys=partial(_batch_keys, k=k, bits=bits, shape=(batch_size, *shape)),
+        permutation=_permutation,
+        epoch_end=_epoch_end if monitor else None,
+    )
+
+
+def _lower(params, opt_state, x, key, optimizer, n_epochs, batch_size, k, monitor=True, bits=0):
+    # fit's compiled program, lowered (the benchmarks profile it)
+    hooks = _driver(params.W.shape, batch_size, k, monitor, bits)
+    return _descent.lower_minibatch(params=params, data=x, key=key, optimizer=optimizer, opt_state=opt_state, **hooks,
+                                    n_epochs=n_epochs, batch_size=batch_size)  # fmt: skip
 
 
 def fit(
@@ -880,7 +890,7 @@ def fit(
       params: initial :class:`Params` (e.g. from :func:`init_params`).
       x: ``(N, n_visible)`` binary data.
       key: a ``jax.random`` key (shuffling and Gibbs sampling).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs, batch_size, n_gibbs_steps: integers ``>= 1``; ``batch_size <= N``.
       monitor: compute the per-epoch diagnostics (``energies``, the reconstruction error), a
         pass over all of ``x`` per epoch that costs about twice the epoch in float64 (18k x 64
@@ -922,12 +932,18 @@ def fit(
     k = _validate.count("n_gibbs_steps", n_gibbs_steps, 1)
     _validate.flag("monitor", monitor)
     params = Params(W, b, c)
-    if opt_state is None:
-        opt_state = optimizer.init(params)
     if uniform_bits is not None and (type(uniform_bits) is not int or uniform_bits != 16):
         raise ValueError(f"uniform_bits must be None or 16; got {uniform_bits!r}")
     bits = 16 if uniform_bits and core.prefix_stable(key) else 0
-    p, fe, extras = _fit(params, opt_state, x, key, optimizer, n_epochs, batch_size, k, bool(monitor), bits)
-    out = core.FitResult(p, fe, n_epochs, None, extras)
-    _validate.require_finite("rbm.fit", out, steps=fe, hint="lower the optimizer's learning rate")
-    return out
+    return _descent.minibatch(
+        "rbm.fit",
+        params=params,
+        data=x,
+        key=key,
+        optimizer=optimizer,
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        opt_state=opt_state,
+        result=_result,
+        **_driver(W.shape, batch_size, k, bool(monitor), bits),
+    )

@@ -48,7 +48,7 @@ from lse_energy import (
     vae,
 )
 
-__all__ = ["Model", "MODELS", "get", "EM_FITS", "GRADIENT_FITS", "OTHER_FITS"]
+__all__ = ["Model", "MODELS", "get", "EM_FITS", "GRADIENT_FITS", "STEP_FITS", "OTHER_FITS", "DRIVERS", "OWN_LOOPS"]
 
 
 class Model(NamedTuple):
@@ -386,7 +386,7 @@ def get(name: str) -> Model:
 
 
 # ---------------------------------------------------------------------------
-# The two fit families (CONTRIBUTING, "Module shape"; checked by tests/contracts/test_registry.py)
+# The fit families and their drivers (CONTRIBUTING, "Module shape"; checked by tests/contracts/test_registry.py)
 # ---------------------------------------------------------------------------
 
 #: Closed-form / EM fits, ``fit(x, n_components, *, key, max_iter, tol, ...)``: the data, the
@@ -396,19 +396,36 @@ EM_FITS = ("gmm.fit", "slds.fit", "sharding.sharded_fit")
 #: optimizer: minibatches of the rows of ``x`` (a supervised trainer takes the labels ``y`` after
 #: ``x``), ``n_epochs`` passes over them.
 GRADIENT_FITS = ("vae.fit", "adversarial.fit", "pcn.fit", "gru.fit", "rbm.fit")
-#: The fits that join neither family, and why.
+#: Step trainers, ``fit(params, x, *, optimizer, n_steps, ...)``: a fixed number of optax steps that
+#: are not epochs over rows (full-batch, or drawing their own sample each step).
+STEP_FITS = ("autoencoder.fit", "embedding.fit")
+#: The fits whose signature joins none of the families, and why.
 OTHER_FITS = {
     "gmm.em": "the loop of gmm.fit from given parameters, with the caller's pass over the data (sharding's)",
     "slot_attention.fit": "alternating closed-form steps (CCCP E-step, Procrustes or least-squares M-step) from "
     "the caller's parameters and slots: no optimizer and no randomness, and no (x, n_components) start",
-    "gan.fit": "two players with two optimizers; a step is n_discriminator_steps discriminator updates and one "
-    "generator update on fresh minibatches drawn with replacement, not epochs over the rows",
-    "diffusion_mlp.fit": "each step draws its minibatch with replacement and a time step and noise per point "
-    "(the notes' algorithm), so there are steps, not epochs",
-    "autoencoder.fit": "full-batch gradient steps on the exact loss, whose landscape the chapter analyses "
-    "(saddles and their escape): no minibatches and no randomness",
-    "embedding.fit": "x is a (V, V) co-occurrence count matrix, not rows of examples: each step uses all the "
-    "counts, or samples pairs in proportion to them",
-    "mixture_pc.fit": "rounds of inference on the latent causes mu, then of learning, from the caller's mu0: "
-    "two nested loops, full-batch",
+    "gan.fit": "two players with two optimizers (d_optimizer, g_optimizer)",
+    "diffusion_mlp.fit": "the noise schedule and the optimizer come before the keywords, as the chapter calls it",
+    "mixture_pc.fit": "rounds of inference on the latent causes mu, then of learning, from the caller's mu0",
+}
+
+#: The driver of ``lse_energy._descent`` each fit calls (``_descent.record`` sees it), or ``None`` for a fit
+#: that runs its own loop; :data:`OWN_LOOPS` says why.
+DRIVERS = {
+    **dict.fromkeys(GRADIENT_FITS, "minibatch"),
+    **dict.fromkeys(("gmm.fit", "gmm.em", "sharding.sharded_fit"), "em"),
+    **dict.fromkeys((*STEP_FITS, "diffusion_mlp.fit"), "steps"),
+    **dict.fromkeys(("slds.fit", "slot_attention.fit", "gan.fit", "mixture_pc.fit"), None),
+}
+#: Why a fit runs its own loop rather than a driver of ``_descent``.
+OWN_LOOPS = {
+    "slds.fit": "EM on the normalised energy (17) plus a precision penalty, evaluated after each combined E/M "
+    "step, stopping on a one-sided decrease; its restarts start inside the compiled loop and fail by non-finite "
+    "parameters, not a check in the M-step. The em driver's loop (gmm's) would change its arithmetic",
+    "slot_attention.fit": "no optimizer and no restarts: n_steps alternating closed-form steps from the caller's "
+    "parameters and slots (no stopping rule, no energy change per point)",
+    "gan.fit": "two players, two optimizers: a step is n_discriminator_steps discriminator updates, then one "
+    "generator update (each through _descent.step, the optimizers compiled once per configuration)",
+    "mixture_pc.fit": "two nested loops per round, inference on mu then n_learn_steps optimizer steps "
+    "(_descent.step, the optimizer compiled once per configuration)",
 }

@@ -215,7 +215,8 @@ class Interval(NamedTuple):
 
     Attributes:
       mean: the mean of the paired differences.
-      low, high: the interval's ends.
+      low: the interval's lower end.
+      high: the interval's upper end.
       n: the number of pairs.
     """
 

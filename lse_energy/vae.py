@@ -727,31 +727,20 @@ def loss(
 # ---------------------------------------------------------------------------
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "decoder", "n_samples"))
-def _fit_jit(params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, kl_weight, n_samples):
-    n_batches = x.shape[0] // batch_size
-    d_z = params.mu_W.shape[1]
+def _value_and_grad(p, batch, args, decoder, n_samples):
+    # one minibatch of the driver (_descent.minibatch): its codes drawn from the minibatch's key
+    (xb, k), (obs_scale, kl_weight) = batch, args
+    shape = (xb.shape[0], p.mu_W.shape[1])
+    if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
+        eps = core.random_normal(k, shape, xb.dtype)
+        return jax.value_and_grad(_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale, kl_weight)
+    eps = core.random_normal(k, (n_samples, *shape), xb.dtype)  # -IWAE_K
+    return jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale)
 
-    def value_and_grad(p, data):
-        xb, k = data
-        if n_samples == 1:  # the ELBO of §21, closed-form KL for the standard prior
-            eps = core.random_normal(k, (batch_size, d_z), x.dtype)
-            (value, kl), grads = jax.value_and_grad(_loss_terms, has_aux=True)(
-                p, xb, eps, decoder, obs_scale, kl_weight
-            )
-        else:  # -IWAE_K
-            eps = core.random_normal(k, (n_samples, batch_size, d_z), x.dtype)
-            (value, kl), grads = jax.value_and_grad(_iwae_loss_terms, has_aux=True)(p, xb, eps, decoder, obs_scale)
-        return (value, kl), grads
 
-    def epoch(carry, k):
-        k_perm, k_eps = jax.random.split(k)
-        perm = jax.random.permutation(k_perm, x.shape[0])[: n_batches * batch_size]
-        xb = x[perm].reshape(n_batches, batch_size, -1)
-        return _descent.scan(value_and_grad, *carry, optimizer, (xb, jax.random.split(k_eps, n_batches)))
-
-    (p, s), (values, kls) = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
-    return p, s, values, kls
+def _result(opt_state, values, _):
+    values, kls = values
+    return jnp.mean(values, axis=1), FitExtras(opt_state, kls, values), values
 
 
 def fit(
@@ -773,14 +762,14 @@ def fit(
 
     Minibatches are reshuffled with ``key`` every epoch (a last partial batch is dropped); one code per example per
     step. The gradient is ``jax.grad`` of :func:`loss` (through the reparameterised sample); with a mixture prior in
-    ``params.prior`` it includes the softmax-weighted prior-energy gradient of :func:`grad_energy` and the prior is
+    ``params.prior`` it includes the softmax-weighted prior-energy gradient of :func:`grad_prior_z` and the prior is
     learned too. Jitted, nested ``lax.scan``.
 
     Args:
       params: initial :class:`Params`.
       x: ``(N, d_x)`` data; in :math:`[0, 1]` for the Bernoulli decoder.
       key: PRNG key (shuffling and codes; keyword-only).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
       decoder: ``"bernoulli"`` or ``"gaussian"``.
       obs_scale: the Gaussian decoder's :math:`\sigma` (ignored by the Bernoulli decoder).
@@ -826,14 +815,20 @@ def fit(
     if n_samples > 1 and kl_weight != 1:
         raise ValueError(f"kl_weight must be 1 with n_samples = {n_samples} > 1 (the IWAE objective); got {kl_weight}")
     kl_weight = jnp.asarray(_validate.positive("kl_weight", kl_weight), x.dtype)
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, s, values, kls = _fit_jit(
-        params, opt_state, x, key, optimizer, n_epochs, batch_size, decoder, obs_scale, kl_weight, n_samples
+    return _descent.minibatch(
+        "vae.fit",
+        partial(_value_and_grad, decoder=decoder, n_samples=n_samples),
+        params,
+        x,
+        key=key,
+        optimizer=optimizer,
+        n_epochs=n_epochs,
+        batch_size=batch_size,
+        args=(obs_scale, kl_weight),
+        opt_state=opt_state,
+        batch_keys=True,
+        result=_result,
     )
-    out = core.FitResult(p, jnp.mean(values, axis=1), n_epochs, None, FitExtras(s, kls, values))
-    _validate.require_finite("vae.fit", out, steps=values, hint="lower the optimizer's learning rate")
-    return out
 
 
 # ---------------------------------------------------------------------------

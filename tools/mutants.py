@@ -626,9 +626,9 @@ MUTANTS: tuple[Mutant, ...] = (
     M(
         "gmm_em_iterations_one_fewer",
         "gmm",
-        "        return (i < max_iter) & ~done & (failed[0] < 0)",
-        "        return (i < max_iter - 1) & ~done & (failed[0] < 0)",
-        "EM stops after max_iter - 1 iterations",
+        "        max_iter=max_iter,\n        tol=tol,\n        n_init=n_init,",
+        "        max_iter=max_iter - 1,\n        tol=tol,\n        n_init=n_init,",
+        "EM stops after max_iter - 1 iterations (gmm.fit's call of the EM driver)",
     ),
     M(
         "slds_steps_one_fewer",

@@ -286,66 +286,41 @@ def _augment(p, x, y, x_adv, trades_weight):
     return 0.5 * jnp.mean(_ce(p, x, y) + _ce(p, x_adv, y))
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_epochs", "batch_size", "n_inner_steps", "defence", "box"))
-def _train(
-    params,
-    opt_state,
-    x,
-    y,
-    key,
-    trades_weight,
-    epsilon,
-    step_size,
-    *,
-    optimizer,
-    n_epochs,
-    batch_size,
-    n_inner_steps,
-    defence,
-    box,
-):
-    binary = params.W2.shape[1] == 1
-    n_batches = x.shape[0] // batch_size
+def _value_and_grad(p, batch, args, n_inner_steps, defence, box):
+    # one minibatch of the driver (_descent.minibatch): the inner maximisation from the minibatch's key, then the loss
+    ((xb, yb), kb), (trades_weight, epsilon, step_size) = batch, args
+    binary = p.W2.shape[1] == 1
+    yf = yb.astype(xb.dtype) if binary else yb
+    if defence == "augment":
+        x0 = _project(xb + 1e-3 * core.random_normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
+        xa = jax.lax.stop_gradient(
+            _ascend(
+                p,
+                xb,
+                x0,
+                yf,
+                epsilon,
+                step_size,
+                inner=_binary_ce_inner if binary else _ce_inner,
+                n_steps=n_inner_steps,
+                monotone=True,
+                box=box,
+            ).x_adv
+        )
+        return jax.value_and_grad(_augment)(p, xb, yf, xa, trades_weight)
+    if n_inner_steps:
+        xa = jax.lax.stop_gradient(
+            _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=n_inner_steps, monotone=True, box=box).x_adv
+        )
+    else:
+        xa = xb
+    if binary:
+        return jax.value_and_grad(_binary_trades)(p, xb, yf, xa, trades_weight)
+    return jax.value_and_grad(_trades)(p, xb, yb, xa, trades_weight)
 
-    def value_and_grad(p, inputs):
-        xb, yb, kb = inputs
-        yf = yb.astype(x.dtype) if binary else yb
-        if defence == "augment":
-            x0 = _project(xb + 1e-3 * core.random_normal(kb, xb.shape, xb.dtype), xb, epsilon, box)
-            xa = jax.lax.stop_gradient(
-                _ascend(
-                    p,
-                    xb,
-                    x0,
-                    yf,
-                    epsilon,
-                    step_size,
-                    inner=_binary_ce_inner if binary else _ce_inner,
-                    n_steps=n_inner_steps,
-                    monotone=True,
-                    box=box,
-                ).x_adv
-            )
-            return jax.value_and_grad(_augment)(p, xb, yf, xa, trades_weight)
-        if n_inner_steps:
-            xa = jax.lax.stop_gradient(
-                _inner(p, xb, kb, epsilon, step_size, 1e-3, n_steps=n_inner_steps, monotone=True, box=box).x_adv
-            )
-        else:
-            xa = xb
-        if binary:
-            return jax.value_and_grad(_binary_trades)(p, xb, yf, xa, trades_weight)
-        return jax.value_and_grad(_trades)(p, xb, yb, xa, trades_weight)
 
-    def epoch(carry, k):
-        kperm, kinner = jax.random.split(k)
-        order = jax.random.permutation(kperm, x.shape[0])[: n_batches * batch_size]
-        xb = x[order].reshape(n_batches, batch_size, -1)
-        yb = y[order].reshape(n_batches, batch_size)
-        return _descent.scan(value_and_grad, *carry, optimizer, (xb, yb, jax.random.split(kinner, n_batches)))
-
-    (params, opt_state), energies = jax.lax.scan(epoch, (params, opt_state), jax.random.split(key, n_epochs))
-    return params, opt_state, energies
+def _result(opt_state, values, _):
+    return jnp.mean(values, axis=1), FitExtras(opt_state, values), values
 
 
 def fit(
@@ -390,7 +365,7 @@ def fit(
       x: ``(N, d)`` inputs; y: ``(N,)`` integer labels (the notes' :math:`t`, or :math:`T`
         for a binary model).
       key: PRNG key (keyword-only).
-      optimizer: an optax ``GradientTransformation`` (hashable; static).
+      optimizer: an optax ``GradientTransformation`` (a fresh but equal one reuses the compiled program).
       n_epochs: integer ``>= 1``; batch_size: integer in ``[1, N]``.
       trades_weight: the TRADES weight, the notes' (and Zhang et al.'s) :math:`\beta \ge 0`.
       epsilon, n_inner_steps, step_size, box: the inner maximisation (unused at
@@ -437,26 +412,19 @@ def fit(
     box = _check_box(box)
     _check_in_box(x, box)
     _validate.choice("defence", defence, ("trades", "augment"))
-    if opt_state is None:
-        opt_state = optimizer.init(params)
     dt = x.dtype
     inner = n_inner_steps if (trades_weight > 0 or defence == "augment") else 0
-    p, s, energies = _train(
+    return _descent.minibatch(
+        "adversarial.fit",
+        partial(_value_and_grad, n_inner_steps=inner, defence=defence, box=box),
         params,
-        opt_state,
-        x,
-        y,
-        key,
-        jnp.asarray(trades_weight, dt),
-        jnp.asarray(epsilon, dt),
-        jnp.asarray(step_size, dt),
+        (x, y),
+        key=key,
         optimizer=optimizer,
         n_epochs=n_epochs,
         batch_size=batch_size,
-        n_inner_steps=inner,
-        defence=defence,
-        box=box,
+        args=(jnp.asarray(trades_weight, dt), jnp.asarray(epsilon, dt), jnp.asarray(step_size, dt)),
+        opt_state=opt_state,
+        batch_keys=True,
+        result=_result,
     )
-    out = core.FitResult(p, jnp.mean(energies, axis=1), n_epochs, None, FitExtras(s, energies))
-    _validate.require_finite("adversarial.fit", out, steps=energies, hint="lower the optimizer's learning rate")
-    return out

@@ -184,21 +184,23 @@ def epsilon(params: Params, schedule, x, t) -> Array:
     return h @ params.weights[-1] + params.biases[-1]
 
 
-@partial(jax.jit, static_argnames=("optimizer", "n_steps", "batch_size"))
-def _fit(params, opt_state, data, schedule, key, optimizer, n_steps, batch_size):
-    T = schedule.betas.shape[0]
+def _value_and_grad(p, k, args, batch_size):
+    # one step of the driver (_descent.steps): a minibatch drawn with replacement, its time steps and noise
+    data, schedule = args
 
     def loss_fn(p, k):
         ki, kt, ke = jax.random.split(k, 3)
         idx = jax.random.randint(ki, (batch_size,), 0, data.shape[0])
-        t = jax.random.randint(kt, (batch_size,), 1, T + 1)
+        t = jax.random.randint(kt, (batch_size,), 1, schedule.betas.shape[0] + 1)
         x0 = data[idx]
         eps = core.random_normal(ke, x0.shape, x0.dtype)
         return diffusion.denoising_loss(epsilon, p, schedule, x0, t, eps)
 
-    keys = jax.random.split(key, n_steps)
-    (params, opt_state), losses = _descent.scan(jax.value_and_grad(loss_fn), params, opt_state, optimizer, keys)
-    return params, opt_state, losses
+    return jax.value_and_grad(loss_fn)(p, k)
+
+
+def _result(opt_state, losses):
+    return losses, FitExtras(opt_state=opt_state), losses
 
 
 def fit(
@@ -238,12 +240,17 @@ def fit(
     batch_size = _validate.count("batch_size", batch_size, 1)
     if params.weights[-1].shape[1] != x.shape[1]:
         raise ValueError(f"params output dimension {params.weights[-1].shape[1]} != x dimension {x.shape[1]}")
-    if opt_state is None:
-        opt_state = optimizer.init(params)
-    p, s, losses = _fit(params, opt_state, x, schedule, key, optimizer, n_steps, batch_size)
-    out = core.FitResult(p, losses, n_steps, None, FitExtras(opt_state=s))
-    _validate.require_finite("diffusion_mlp.fit", out, steps=losses, hint="lower the optimizer's learning rate")
-    return out
+    return _descent.steps(
+        "diffusion_mlp.fit",
+        partial(_value_and_grad, batch_size=batch_size),
+        params,
+        optimizer=optimizer,
+        n_steps=n_steps,
+        key=key,
+        args=(x, schedule),
+        opt_state=opt_state,
+        result=_result,
+    )
 
 
 # ---------------------------------------------------------------------------

@@ -13,7 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _rows, _validate, core
+from lse_energy import _descent, _rows, _validate, core
 from lse_energy.gmm._model import Params, _check_reg, _cholesky, _tri_solve, check_params, check_x
 
 Array = jax.Array
@@ -382,38 +382,15 @@ def _not_pd(covariances: Array) -> Array:
     return ~jnp.all(jnp.isfinite(_cholesky(covariances)), axis=(-2, -1))
 
 
-def _em_loop(params: Params, stats, N, shift: Array, max_iter: int, tol, reg_covar, dtype):
-    """EM until ``max_iter`` steps, a change in energy below ``tol * N``, or a failed M-step.
+def _em_m_step(R, n, args):
+    """The M-step of the EM driver (``_descent.em_loop``): :func:`m_step`, and which covariances are not PD.
 
-    ``stats(p)`` returns ``(sum_i ln p(x_i | p), R)``: one pass over the data at ``p``
-    gives both the energy E_t = -sum_i ln p(x_i | p_t) and the sufficient statistics
-    for p_{t+1} (``sharding`` passes a sharded pass over the rows). A covariance that
-    is not positive definite after an M-step (a component collapsed onto fewer than
-    d + 1 distinct points, or emptied) stops the loop at the last good parameters;
-    ``failed`` records (iteration, first bad component), or (-1, -1).
+    A covariance that is not positive definite after an M-step (a component collapsed onto fewer than
+    d + 1 distinct points, or emptied) stops the loop at the last good parameters.
     """
-    ll0, R0 = stats(params)
-    trace = jnp.full((max_iter + 1,), jnp.nan, dtype=dtype).at[0].set(-ll0)
-    no_failure = jnp.array([-1, -1], dtype=jnp.int32)
-
-    def cond(carry):
-        i, _, _, _, done, failed = carry
-        return (i < max_iter) & ~done & (failed[0] < 0)
-
-    def body(carry):
-        i, p_old, R, tr, _, _ = carry
-        p = _m_step(R, N, shift, reg_covar)
-        bad = _not_pd(p.covariances)
-        failed = jnp.where(jnp.any(bad), jnp.stack([i + 1, jnp.argmax(bad)]).astype(jnp.int32), no_failure)
-        ok = failed[0] < 0
-        p = jax.tree.map(lambda new, old: jnp.where(ok, new, old), p, p_old)
-        ll, R_new = stats(p)
-        done = jnp.abs(tr[i] + ll) < tol * N  # change in mean log-likelihood < tol
-        tr = jnp.where(ok, tr.at[i + 1].set(-ll), tr)
-        return jnp.where(ok, i + 1, i), p, R_new, tr, done, failed
-
-    n_iter, params, _, trace, done, failed = jax.lax.while_loop(cond, body, (0, params, R0, trace, False, no_failure))
-    return params, trace, n_iter, done, failed
+    shift, reg_covar = args
+    p = _m_step(R, n, shift, reg_covar)
+    return p, _not_pd(p.covariances)
 
 
 def sufficient_statistics(params: Params, x, shift, valid=None):
@@ -464,11 +441,6 @@ def m_step(R, n, shift, reg_covar) -> Params:
 
 def _local_statistics(params, x, shift):
     return sufficient_statistics(params, x, shift)
-
-
-@partial(jax.jit, static_argnames=("statistics", "n", "max_iter"))
-def _em_jit(params, statistics, data, n, shift, max_iter, tol, reg_covar):
-    return _em_loop(params, lambda p: statistics(p, *data), n, shift, max_iter, tol, reg_covar, shift.dtype)
 
 
 def _raise_if_failed(failed, reg_covar: float) -> None:
@@ -573,37 +545,22 @@ def fit(
     reg = _check_reg(reg_covar)
     K = _check_components(n_components, x.shape[0])
     n_init = _validate.count("n_init", n_init)
-    starts = _starts(x, K, _validate.key("key", key), reg, _check_init(init), n_init)
+    key, init = _validate.key("key", key), _check_init(init)
     shift = jnp.mean(x, axis=0)
-    if n_init == 1:
-        p0 = jax.tree.map(lambda a: a[0], starts)
-        return _em(p0, _local_statistics, (x, shift), x.shape[0], shift, max_iter, tol, reg)
-    runs = _em_restarts_jit(starts, x, shift, max_iter, jnp.asarray(tol, x.dtype), jnp.asarray(reg, x.dtype))
-    return _best_run(*runs, reg)
-
-
-@partial(jax.jit, static_argnames=("max_iter",))
-def _em_restarts_jit(starts, x, shift, max_iter, tol, reg_covar):
-    """:func:`_em_loop` from each start of the stacked ``starts``, side by side (one compile)."""
-
-    def one(p):
-        return _em_loop(
-            p, lambda q: sufficient_statistics(q, x, shift), x.shape[0], shift, max_iter, tol, reg_covar, x.dtype
-        )
-
-    return jax.vmap(one)(starts)
-
-
-def _best_run(params, trace, n_iter, done, failed, reg: float):
-    """The restart with the lowest final energy among those that did not fail (else the first failure's error)."""
-    n_iter, failed = np.asarray(n_iter), np.asarray(failed)
-    final = np.asarray(trace)[np.arange(n_iter.size), n_iter]
-    ok = failed[:, 0] < 0
-    if not ok.any():
-        _raise_if_failed(failed[0], reg)
-    best = int(np.argmin(np.where(ok, final, np.inf)))
-    n = int(n_iter[best])
-    return core.FitResult(jax.tree.map(lambda a: a[best], params), trace[best, : n + 1], n, bool(done[best]))
+    return _descent.em(
+        lambda x, K, key, n_init: _starts(x, K, key, reg, init, n_init),
+        _local_statistics,
+        _em_m_step,
+        x,
+        K,
+        key=key,
+        max_iter=max_iter,
+        tol=tol,
+        n_init=n_init,
+        data=(x, shift),
+        args=(shift, jnp.asarray(reg, x.dtype)),
+        on_failure=partial(_raise_if_failed, reg_covar=reg),
+    )
 
 
 def em(
@@ -648,19 +605,18 @@ def em(
 
 def _em(params, statistics, data, n: int, shift, max_iter: int, tol: float, reg: float):
     """:func:`em` on checked arguments (:func:`fit` checks them once)."""
-    params, trace, n_iter, done, failed = _em_jit(
+    return _descent.em_run(
         params,
         statistics,
+        _em_m_step,
         tuple(data),
-        n,
-        shift,
-        max_iter,
-        jnp.asarray(tol, shift.dtype),
-        jnp.asarray(reg, shift.dtype),
+        (shift, jnp.asarray(reg, shift.dtype)),
+        n=n,
+        max_iter=max_iter,
+        tol=tol,
+        dtype=shift.dtype,
+        on_failure=partial(_raise_if_failed, reg_covar=reg),
     )
-    _raise_if_failed(failed, reg)
-    n_iter = int(n_iter)
-    return core.FitResult(params, trace[: n_iter + 1], n_iter, bool(done))
 
 
 # ---------------------------------------------------------------------------

@@ -40,10 +40,10 @@ def quick_start() -> list[str]:
     return python_blocks(section)
 
 
-def test_quick_start_has_the_three_examples():
+def test_quick_start_has_the_four_examples():
     blocks = quick_start()
-    assert len(blocks) == 3
-    for block, call in zip(blocks, ("lse.gmm.fit", "lse.hopfield.retrieve", "optax")):
+    assert len(blocks) == 4
+    for block, call in zip(blocks, ("lse.gmm.fit", "lse.hopfield.retrieve", "optax", "lse.drivers.descend")):
         assert call in block and ">>> " in block
 
 

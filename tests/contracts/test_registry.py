@@ -337,7 +337,7 @@ def _fit_function(name):
 
 
 def family_violations(name, fn) -> list[str]:
-    """How the signature of the fit ``name`` breaks its family (registry.EM_FITS / GRADIENT_FITS)."""
+    """How the signature of the fit ``name`` breaks its family (registry.EM_FITS / GRADIENT_FITS / STEP_FITS)."""
     import inspect
 
     from lse_energy import registry
@@ -352,6 +352,8 @@ def family_violations(name, fn) -> list[str]:
         head, required = ["params", "x"], {"key", "optimizer", "n_epochs", "batch_size"}
         if positional[2:3] not in ([], ["y"]) and params[positional[2]].default is inspect.Parameter.empty:
             out.append(f"{name}: a required argument after x is the labels y; got {positional[2]}")
+    elif name in registry.STEP_FITS:
+        head, required = ["params", "x"], {"optimizer", "n_steps"}
     elif name in registry.OTHER_FITS:
         head, required = [p for p in positional[:2] if p in ("params", "x")], set()
         if "x" not in positional and name != "gmm.em":
@@ -385,6 +387,11 @@ FAMILY_CONTROLS = {
         "n_epochs is not",
     ),
     "unlisted fit": ("lif.fit", "def fit(x): pass", "in no family"),
+    "step fit with a positional optimizer": (
+        "autoencoder.fit",
+        "def fit(params, x, optimizer, *, n_steps): pass",
+        "optimizer is not",
+    ),
     "other fit named data": ("gan.fit", "def fit(params, data, *, key): pass", "the data argument is x"),
 }
 
@@ -401,8 +408,55 @@ def test_the_family_check_catches_a_violation(case):
 def test_the_families_list_only_real_fits():
     from lse_energy import registry
 
-    listed = [*registry.EM_FITS, *registry.GRADIENT_FITS, *registry.OTHER_FITS]
+    listed = [*registry.EM_FITS, *registry.GRADIENT_FITS, *registry.STEP_FITS, *registry.OTHER_FITS]
     assert len(listed) == len(set(listed)) and set(listed) == set(_fits())
+
+
+# --- which driver each fit calls (lse_energy._descent) -------------------------------------------
+
+
+def driver_violations(name, call) -> list[str]:
+    """How running ``call`` (a fit registered as ``name``) disagrees with ``registry.DRIVERS[name]``."""
+    from lse_energy import _descent, registry
+
+    with _descent.record() as used:
+        call()
+    expected = registry.DRIVERS[name]
+    if expected is None:
+        return [f"{name}: registered as its own loop but called {sorted(set(used))}"] if used else []
+    if set(used) != {expected}:
+        return [f"{name}: registered with the {expected} driver but called {sorted(set(used)) or 'none'}"]
+    return []
+
+
+def test_drivers_list_every_fit_and_say_why_a_loop_is_its_own():
+    from lse_energy import _descent, registry
+
+    assert set(registry.DRIVERS) == set(_fits())
+    assert set(registry.DRIVERS.values()) <= {"minibatch", "em", "steps", None}
+    assert {n for n, d in registry.DRIVERS.items() if d is None} == set(registry.OWN_LOOPS)
+    assert all(callable(getattr(_descent, d)) for d in set(registry.DRIVERS.values()) - {None})
+
+
+@pytest.mark.parametrize("name", sorted(_fits()))
+def test_every_fit_calls_its_driver(name):
+    assert driver_violations(name, _fits()[name]) == []
+
+
+DRIVER_CONTROLS = {
+    # (registered as, a call that breaks the registration) -> the violation the check must report
+    "a trainer that bypasses the minibatch driver": ("vae.fit", "autoencoder.fit", "called ['steps']"),
+    "an EM fit that calls no driver": ("gmm.fit", None, "called none"),
+    "an own loop that calls a driver": ("gan.fit", "gmm.fit", "registered as its own loop"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DRIVER_CONTROLS))
+def test_the_driver_check_catches_a_violation(case):
+    name, other, expected = DRIVER_CONTROLS[case]
+    call = (lambda: None) if other is None else _fits()[other]
+    found = driver_violations(name, call)
+    assert any(expected in v for v in found), found
 
 
 @pytest.mark.parametrize("name", sorted(_fits()))

@@ -84,7 +84,7 @@ def test_rbm_profile_categories_cover_a_compiled_epoch():
     p0 = rbm.init_params(6, 4, key=jax.random.key(1))
     for bits, impl in ((0, "threefry2x32"), (16, "threefry2x32"), (0, "rbg")):
         key = jax.random.key(2, impl=impl)
-        hlo = rbm._fit.lower(p0, sgd.init(p0), x, key, sgd, 1, 8, 1, False, bits).compile().as_text()
+        hlo = rbm._lower(p0, sgd.init(p0), x, key, sgd, 1, 8, 1, False, bits).compile().as_text()
         found = set(bench_rbm.instruction_categories(hlo).values())
         assert set(bench_rbm.CATEGORIES[:2]) | {bench_rbm.CATEGORIES[4]} <= found, (bits, impl, found)
         assert found <= set(bench_rbm.CATEGORIES)
