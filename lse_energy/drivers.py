@@ -154,6 +154,24 @@ def em(
       :class:`~lse_energy.core.FitResult`: the best start's parameters, its energy trace
       :math:`E_0, \\dots, E_T`, ``n_iter = T`` and ``converged``. Raises ``ValueError`` when
       every start's M-step failed.
+
+    Examples:
+      >>> import jax, jax.numpy as jnp
+      >>> from lse_energy import core, drivers
+      >>> x = jnp.array([[-2.0], [-1.8], [2.0], [2.2]])
+      >>> def init(x, k, key, n_init):  # the first and last rows as the means
+      ...     return jnp.stack([x[jnp.array([0, -1])]] * n_init)
+      >>> def e_step(mu, x):  # -E (up to a constant) and the weights
+      ...     sim = -0.5 * jnp.sum((x[:, None] - mu[None]) ** 2, -1)
+      ...     return -core.energy(sim), (core.weights(sim), x)
+      >>> def m_step(stats, n, args):  # weighted means; no component is invalid
+      ...     w, x = stats
+      ...     return (w.T @ x) / w.sum(0)[:, None], jnp.zeros(2, bool)
+      >>> fit = drivers.em(
+      ...     init, e_step, m_step, x, 2, key=jax.random.key(0), max_iter=5
+      ... )
+      >>> bool(jnp.allclose(fit.params, jnp.array([[-1.9], [2.1]]), atol=0.01))
+      True
     """
     key = _validate.key("key", key)
     n_components = _validate.count("n_components", n_components)

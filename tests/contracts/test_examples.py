@@ -1,8 +1,9 @@
 """Every public function of a model module shows how it is called: a doctested ``Examples:`` section.
 
-The modules are those of ``lse_energy.registry.MODELS`` (``core`` among them) and ``sharding``; a
-public function is one in the module's ``__all__`` (or, without one, a name not starting with
-``_``) that the module defines, a jitted function included. Its docstring must have an
+The modules are those of ``lse_energy.registry.MODELS`` (``core`` among them), ``sharding`` and
+``drivers`` (what a reader calls to fit a model of their own); a public function is one in the
+module's ``__all__`` (or, without one, a name not starting with ``_``) that the module defines,
+a jitted function included. Its docstring must have an
 ``Examples:`` section with at least one ``>>>`` line; ``nox -s tests`` runs those lines with
 ``--doctest-modules``, and the API pages (``book/api/``, autodoc with napoleon) render them.
 ``test_a_function_without_examples_is_caught`` runs the rule on a scratch module.
@@ -24,7 +25,7 @@ _SECTION = re.compile(r"^\s*Examples:\s*$(?P<body>.*)", re.M | re.S)
 
 
 def _modules() -> dict[str, types.ModuleType]:
-    names = sorted({m.name for m in MODELS} | {"core", "sharding"})
+    names = sorted({m.name for m in MODELS} | {"core", "sharding", "drivers"})
     return {n: importlib.import_module(f"lse_energy.{n}") for n in names}
 
 
