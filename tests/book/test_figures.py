@@ -166,3 +166,22 @@ def test_tick_labels_outside_the_view_are_not_checked():
     ax.set_xticks([0.0, 0.001, 1.0])
     assert any("overlap" in p for p in plotting.text_problems(fig))
     plt.close(fig)
+
+
+def test_live_explorable_is_a_slider_that_redraws(monkeypatch):
+    # In a live kernel (Jupyter, Binder) the same call gives an ipywidgets slider over the values;
+    # moving it draws the frame for the new value (the static stepper is for the built page).
+    pytest.importorskip("ipywidgets")
+    monkeypatch.setattr(plotting, "live", lambda: True)
+    drawn = []
+
+    def draw(beta):
+        drawn.append(beta)
+        return _draw(beta)
+
+    slider = plotting.explorable(draw, VALUES, default=1, name="β")
+    assert [label for label, _ in slider.options] == ["0", "0.5", "1", "4"]
+    assert slider.value == 1 and drawn == [0.5]
+    slider.value = 3
+    assert drawn == [0.5, 4.0]
+    plt.close("all")
