@@ -285,7 +285,7 @@ def minibatch(
     (``permutation(key, N)``, default ``jax.random.permutation``; with ``batch_keys`` the epoch key
     is split first into the permutation's key and the minibatches' key, which is split into one
     key per minibatch). The first ``(N // batch_size) * batch_size`` permuted rows of every leaf of
-    ``data`` make the minibatches; each takes one optax step (:func:`scan`).
+    ``data`` make the minibatches; each takes one optax step (``scan``).
 
     Args:
       where: the fit's name, for messages and the progress bar.

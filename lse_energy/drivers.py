@@ -1,6 +1,6 @@
 """The fit drivers, for a model of your own.
 
-Every ``fit`` of the package is a short call to one of three loops (:mod:`lse_energy._descent`
+Every ``fit`` of the package is a short call to one of three loops (``lse_energy._descent``
 holds them); this module is their public face, so that a model the package does not have can
 be trained the same way, as the appendix "Your own model" does:
 
