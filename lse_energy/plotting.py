@@ -375,8 +375,8 @@ def lse_graph(
     weights,
     *,
     focus: int = 0,
-    sim: str = r"\mathrm{sim}(v_c, v_p)",
-    grad: str = r"\frac{\partial E}{\partial v_c} = -\sum_p w_{cp}\,\frac{\partial\,\mathrm{sim}}{\partial v_c}",
+    sim: str | None = None,
+    grad: str | None = None,
     title: str = "",
     ax=None,
 ):
@@ -394,8 +394,10 @@ def lse_graph(
         the simplex. An edge's width and opacity follow its weight; the edges of child
         ``focus`` are drawn in colour and labelled with their weight.
       focus: the child whose weights are labelled.
-      sim: TeX (no dollars) of the model's similarity, written under the graph.
-      grad: TeX (no dollars) of the gradient it gives, written beside ``sim``.
+      sim: TeX (no dollars) of the model's similarity, written under the graph; None: the
+        general :math:`\mathrm{sim}(v_c, v_p)`.
+      grad: TeX (no dollars) of the gradient it gives, written under ``sim``; None: chapter
+        1's :math:`\partial E / \partial v_c = -\sum_p w_{cp}\, \partial \mathrm{sim} / \partial v_c`.
       title: the axes title.
       ax: axes to draw on; a new figure (6.4 x 3 in) if None.
 
@@ -425,6 +427,10 @@ def lse_graph(
             f"weights must have shape (len(children), len(parents)) = {(n_c, n_p)}, got {np.shape(weights)}"
         )
     w = _validate.weight_rows("weights", weights)
+    if sim is None:
+        sim = r"\mathrm{sim}(v_c, v_p)"
+    if grad is None:
+        grad = r"\frac{\partial E}{\partial v_c} = -\sum_p w_{cp}\,\frac{\partial\,\mathrm{sim}}{\partial v_c}"
     focus = _validate.count("focus", focus, low=0)
     if focus >= n_c:
         raise ValueError(f"focus must index a child (0 to {n_c - 1}), got {focus}")
