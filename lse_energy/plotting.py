@@ -345,11 +345,13 @@ def explorable(
         out = w.Output()
 
         def show(i):
+            # draw first, outside the Output widget's capture: computing inside it (a first JAX
+            # compile, say) hung a kernel driven by nbclient with no frontend attached
+            fig = draw(values[i])
             with out:
                 out.clear_output(wait=True)
-                fig = draw(values[i])
                 display(fig)
-                plt.close(fig)
+            plt.close(fig)
 
         slider.observe(lambda ch: show(ch["new"]), names="value")
         show(default)
