@@ -342,20 +342,20 @@ def explorable(
 
         opts = [(f"{fmt.format(v)}", i) for i, v in enumerate(values)]
         slider = w.SelectionSlider(options=opts, value=default, description=name)
-        out = w.Output()
+        # The frame is a display that the slider updates in place (a display id), not an
+        # ipywidgets Output: entering an Output's capture hung kernels run by nbclient with
+        # no frontend attached (chapter timings at default flags).
+        fig = draw(values[default])
+        handle = display(fig, display_id=True)
+        plt.close(fig)
 
-        def show(i):
-            # draw first, outside the Output widget's capture: computing inside it (a first JAX
-            # compile, say) hung a kernel driven by nbclient with no frontend attached
-            fig = draw(values[i])
-            with out:
-                out.clear_output(wait=True)
-                display(fig)
-            plt.close(fig)
+        def show(change):
+            new = draw(values[change["new"]])
+            handle.update(new)
+            plt.close(new)
 
-        slider.observe(lambda ch: show(ch["new"]), names="value")
-        show(default)
-        display(w.VBox([slider, out]))
+        slider.observe(show, names="value")
+        display(slider)
         return slider
     frames = render_frames(draw, values, default=default, fmt=fmt, name=name)
     png = base64.b64encode(frames.pngs[default]).decode("ascii")

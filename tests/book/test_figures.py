@@ -172,7 +172,20 @@ def test_live_explorable_is_a_slider_that_redraws(monkeypatch):
     # In a live kernel (Jupyter, Binder) the same call gives an ipywidgets slider over the values;
     # moving it draws the frame for the new value (the static stepper is for the built page).
     pytest.importorskip("ipywidgets")
+    import IPython.display
+
     monkeypatch.setattr(plotting, "live", lambda: True)
+    shown = []
+
+    class Handle:  # what display(..., display_id=True) returns in a kernel
+        def update(self, obj):
+            shown.append(("update", obj))
+
+    def display(obj, display_id=False):
+        shown.append(("display", obj))
+        return Handle() if display_id else None
+
+    monkeypatch.setattr(IPython.display, "display", display)
     drawn = []
 
     def draw(beta):
@@ -182,6 +195,7 @@ def test_live_explorable_is_a_slider_that_redraws(monkeypatch):
     slider = plotting.explorable(draw, VALUES, default=1, name="β")
     assert [label for label, _ in slider.options] == ["0", "0.5", "1", "4"]
     assert slider.value == 1 and drawn == [0.5]
+    assert [kind for kind, _ in shown] == ["display", "display"] and shown[1][1] is slider
     slider.value = 3
-    assert drawn == [0.5, 4.0]
+    assert drawn == [0.5, 4.0] and shown[-1][0] == "update"
     plt.close("all")
