@@ -7,6 +7,7 @@ Every session but `tests-latest` installs the exact versions of requirements/loc
 package itself without dependencies; `nox -s lock` regenerates that lock (and environment.yml,
 Binder's copy of it); `nox -s tests-latest` runs the tests on the newest versions instead."""
 
+import importlib.util
 import os
 import pathlib
 
@@ -40,8 +41,12 @@ FAST_COMPILE = {"XLA_FLAGS": "--xla_cpu_use_fusion_emitters=false --xla_backend_
 # it, `LSE_JAX_CACHE=DIR` moves it. The minimum compile time and entry size are 0 so that the
 # thousands of small programs are stored too (JAX's default keeps only compiles of over 1 s).
 def _cache_env() -> dict[str, str]:
+    # the package's own rule for "off", read from its file (nox's Python need not have jax)
+    spec = importlib.util.spec_from_file_location("_lse_compile_cache", ROOT / "lse_energy" / "compile_cache.py")
+    compile_cache = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(compile_cache)
     where = os.environ.get("LSE_JAX_CACHE", str(ROOT / "_build" / "jax_cache")).strip()
-    if where.lower() in ("", "0", "off", "false", "no"):
+    if compile_cache.is_off(where):
         return {"LSE_JAX_CACHE": "off"}
     return {
         "LSE_JAX_CACHE": where,

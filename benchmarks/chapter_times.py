@@ -34,8 +34,10 @@ WARM_CHAPTER_S, WARM_TOTAL_S = 20.0, 300.0
 
 def cache_state() -> tuple[str, int]:
     """The compilation cache directory the kernels will use (LSE_JAX_CACHE) and its entry count."""
+    from lse_energy.compile_cache import is_off
+
     where = os.environ.get("LSE_JAX_CACHE", "").strip()
-    if not where or where.lower() in ("0", "off", "false", "no"):
+    if is_off(where):
         return "off", 0
     path = pathlib.Path(where)
     return where, sum(1 for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0

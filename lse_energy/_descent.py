@@ -1,6 +1,6 @@
 """The fit drivers: every ``fit`` of the package is a short call to one of them.
 
-Three loops, each owning its randomness, its stopping rule, its progress bar and the
+Four loops, each owning its randomness, its stopping rule, its progress bar and the
 :class:`~lse_energy.core.FitResult`:
 
 * :func:`minibatch`, the gradient trainer: ``n_epochs`` passes over the rows of the data,
@@ -10,10 +10,13 @@ Three loops, each owning its randomness, its stopping rule, its progress bar and
   until ``max_iter`` or a change in energy per point below ``tol``, the energy trace;
 * :func:`steps`, a fixed number of optax steps that are not epochs over rows: full-batch
   steps (``autoencoder``, ``embedding`` without ``batch_size``) or steps that draw their
-  own sample (``embedding`` with ``batch_size``, ``experiments.diffusion_mlp``).
+  own sample (``embedding`` with ``batch_size``, ``experiments.diffusion_mlp``);
+* :func:`rounds`, a fixed number of rounds that are more than one optax step on one loss:
+  two players (``gan``), inference then learning (``mixture_pc``), closed-form updates with no
+  optimizer (``slot_attention``).
 
 Below them, :func:`scan` (one ``lax.scan`` of value-and-gradient then update) and :func:`step`
-(one update, for loops with more inside a step: ``gan``, ``mixture_pc``). Which driver a fit
+(one update, for rounds with more inside: ``gan``, ``mixture_pc``). Which driver a fit
 used is recorded (:func:`record`); ``tests/contracts/test_registry.py`` checks it against
 ``registry.DRIVERS``.
 
@@ -197,7 +200,7 @@ _records: list[list[str]] = []
 
 @contextlib.contextmanager
 def record():
-    """Collect the names of the drivers called inside the block (``"minibatch"``, ``"em"``, ``"steps"``)."""
+    """Collect the names of the drivers called inside the block (``"minibatch"``, ``"em"``, ``"steps"``, ...)."""
     used: list[str] = []
     _records.append(used)
     try:
@@ -411,12 +414,72 @@ def steps(
 
 
 # ---------------------------------------------------------------------------
+# The rounds driver
+# ---------------------------------------------------------------------------
+
+
+def _rounds(carry, key, args, round_, n_rounds, report_every):
+    fn = round_.value
+
+    def body(c, inp):
+        i, k = inp
+        _progress.tick(i, n_rounds, report_every)
+        return fn(c, k, args)
+
+    keys = None if key is None else jax.random.split(key, n_rounds)
+    return jax.lax.scan(body, carry, (jnp.arange(n_rounds), keys))
+
+
+_rounds_jit = jax.jit(_rounds, static_argnames=("round_", "n_rounds", "report_every"))
+
+
+def rounds(
+    where: str,
+    round_: Callable,
+    carry,
+    *,
+    n_rounds: int,
+    key=None,
+    args=None,
+    result: Callable,
+    hint: str,
+    progress: bool = False,
+) -> core.FitResult:
+    """``n_rounds`` rounds of a fit whose step is more than one optax step on one loss.
+
+    The fits whose round holds inner loops of its own, a pair of optimizers, or closed-form
+    updates with no optimizer at all: ``gan`` (``n_discriminator_steps`` updates of the
+    discriminator, then one of the generator), ``mixture_pc`` (inference on the latents, then
+    ``n_learn_steps`` optimizer steps), ``slot_attention`` (CCCP slot updates, then a closed-form
+    M-step). No restarts and no stopping rule: a fixed number of rounds, as :func:`steps`.
+
+    Round ``i`` is ``carry, value = round_(carry, k_i, args)``, with ``k_i`` the ``i``-th of
+    ``jax.random.split(key, n_rounds)`` (``None`` without a ``key``). ``carry`` is everything the
+    rounds update (parameters, optimizer states, latents); ``args`` a pytree of arrays they read.
+    ``result(carry, values) -> (params, energies, extras, steps)`` makes the
+    :class:`~lse_energy.core.FitResult` (``steps`` the per-round trace whose first non-finite
+    round a divergence names). ``round_`` is a static argument, compared by :func:`fingerprint`:
+    a module-level function, or a ``functools.partial`` of one with the optimizers and settings.
+    """
+    _used("rounds")
+    with _progress.bar(progress, n_rounds, where) as every:
+        carry, values = _rounds_jit(carry, key, args, round_=Static(round_), n_rounds=n_rounds, report_every=every)
+        jax.block_until_ready(carry)
+    params, energies, extras, trace = result(carry, values)
+    return _finish(where, params, energies, n_rounds, None, extras, trace, hint)
+
+
+# ---------------------------------------------------------------------------
 # The EM driver
 # ---------------------------------------------------------------------------
 
 
-def em_loop(params, e_step, m_step, data, args, n, max_iter: int, tol, dtype, report_every: int = 0):
-    """EM until ``max_iter`` steps, a change in energy below ``tol * n``, or a failed M-step (traced).
+def em_loop(params, e_step, m_step, data, args, n, max_iter: int, tol, dtype, report_every: int = 0, stop="change"):
+    """EM until ``max_iter`` steps, the stopping rule, or a failed M-step (traced).
+
+    The rule compares one step's decrease in energy, :math:`E_t - E_{t+1}`, with ``tol * n``:
+    ``stop="change"`` stops when its size is below it (scikit-learn's rule, ``gmm``);
+    ``stop="decrease"`` when the energy fell by at most that much, a rise included (``slds``).
 
     ``e_step(p, *data) -> (sum_i ln p(x_i | p), stats)``: one pass over the data gives the energy
     :math:`E_t = -\\sum_i \\ln p(x_i | p_t)` and what the M-step needs. ``m_step(stats, n, args) ->
@@ -440,7 +503,7 @@ def em_loop(params, e_step, m_step, data, args, n, max_iter: int, tol, dtype, re
         ok = failed[0] < 0
         p = jax.tree.map(lambda new, old: jnp.where(ok, new, old), p, p_old)
         ll, R_new = e_step(p, *data)
-        done = jnp.abs(tr[i] + ll) < tol * n  # change in mean log-likelihood < tol
+        done = stops(tr[i] + ll, tol * n, stop)
         tr = jnp.where(ok, tr.at[i + 1].set(-ll), tr)
         _progress.tick(i, max_iter, report_every)
         return jnp.where(ok, i + 1, i), p, R_new, tr, done, failed
@@ -449,18 +512,49 @@ def em_loop(params, e_step, m_step, data, args, n, max_iter: int, tol, dtype, re
     return params, trace, n_iter, done, failed
 
 
-def _em_one(params, data, args, tol, e_step, m_step, n, max_iter, report_every):
-    return em_loop(params, e_step.value, m_step.value, data, args, n, max_iter, tol, tol.dtype, report_every)
+def stops(decrease, tol_n, stop: str = "change"):
+    """The EM stopping rule on one step's decrease in energy :math:`E_t - E_{t+1}` (a scalar or a traced one).
+
+    ``stop="change"``: its size is below ``tol_n`` (``tol`` times the number of points);
+    ``stop="decrease"``: the energy fell by at most ``tol_n``, a rise included.
+    """
+    return abs(decrease) < tol_n if stop == "change" else decrease <= tol_n
 
 
-def _em_many(starts, data, args, tol, e_step, m_step, n, max_iter, report_every):
+def em_host(params, one_pass, m_step, n: int, max_iter: int, tol: float, progress: bool = False):
+    """EM driven from Python, one pass over the data per iteration: ``(params, trace, converged)``.
+
+    The loop of :func:`em_loop` for data read in chunks (``gmm.fit`` on data larger than memory),
+    with the same stopping rule (:func:`stops`, ``"change"``). ``one_pass(p) -> (sum_i ln p(x_i),
+    R)``; ``m_step(R, iteration) -> p`` (raising if the step failed); ``trace`` holds the energies
+    before the first step and after each.
+    """
+    _used("em")
+    with _progress.bar(progress, max_iter, "EM (streamed)") as every:
+        ll, R = one_pass(params)
+        trace, done = [-float(ll)], False
+        while len(trace) <= max_iter and not done:
+            p = m_step(R, len(trace))
+            ll, R = one_pass(p)
+            done = bool(stops(trace[-1] + float(ll), tol * n))
+            trace.append(-float(ll))
+            params = p
+            _progress.tick(len(trace) - 2, max_iter, every)
+    return params, trace, done
+
+
+def _em_one(params, data, args, tol, e_step, m_step, n, max_iter, report_every, stop="change"):
+    return em_loop(params, e_step.value, m_step.value, data, args, n, max_iter, tol, tol.dtype, report_every, stop)
+
+
+def _em_many(starts, data, args, tol, e_step, m_step, n, max_iter, report_every, stop="change"):
     def one(p):
-        return em_loop(p, e_step.value, m_step.value, data, args, n, max_iter, tol, tol.dtype, report_every)
+        return em_loop(p, e_step.value, m_step.value, data, args, n, max_iter, tol, tol.dtype, report_every, stop)
 
     return jax.vmap(one)(starts)
 
 
-_STATIC_EM = ("e_step", "m_step", "n", "max_iter", "report_every")
+_STATIC_EM = ("e_step", "m_step", "n", "max_iter", "report_every", "stop")
 _em_one_jit = jax.jit(_em_one, static_argnames=_STATIC_EM)
 _em_many_jit = jax.jit(_em_many, static_argnames=_STATIC_EM)
 
@@ -475,10 +569,12 @@ def em_run(params, e_step, m_step, data, args, *, n: int, max_iter: int, tol, dt
     return _em_run(params, e_step, m_step, data, args, n, max_iter, tol, dtype, on_failure, progress)
 
 
-def _em_run(params, e_step, m_step, data, args, n, max_iter, tol, dtype, on_failure, progress):
-    with _progress.bar(progress, max_iter, "EM") as every:
+def _em_run(
+    params, e_step, m_step, data, args, n, max_iter, tol, dtype, on_failure, progress, stop="change", label="EM"
+):
+    with _progress.bar(progress, max_iter, label) as every:
         p, trace, n_iter, done, failed = _em_one_jit(
-            params, tuple(data), args, jnp.asarray(tol, dtype), Static(e_step), Static(m_step), n, max_iter, every
+            params, tuple(data), args, jnp.asarray(tol, dtype), Static(e_step), Static(m_step), n, max_iter, every, stop
         )
         jax.block_until_ready(p)
     on_failure(failed)
@@ -499,7 +595,10 @@ def em(
     n_init: int = 1,
     data=None,
     args=None,
+    n: int | None = None,
+    stop: str = "change",
     on_failure: Callable,
+    label: str = "EM",
     progress: bool = False,
 ) -> core.FitResult:
     """Fit by EM from ``n_init`` starts and keep the one with the lowest final energy.
@@ -509,7 +608,9 @@ def em(
     :func:`restart_keys` gives them). One start runs :func:`em_loop` alone; several run side by
     side (``vmap``, one compile), and a restart whose M-step failed is dropped (``on_failure``
     raises the first failure when every restart failed). ``e_step(p, *data)`` with ``data``
-    (default ``(x,)``) and ``m_step(stats, n, args)`` as in :func:`em_loop`.
+    (default ``(x,)``) and ``m_step(stats, n, args)`` as in :func:`em_loop`, with the stopping rule
+    ``stop`` per point, ``n`` points (default: the rows of ``x``). A restart whose final energy is
+    not finite is dropped as a failed one.
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the best restart's parameters, its energy trace
@@ -518,19 +619,19 @@ def em(
     _used("em")
     starts = init(x, n_components, key, n_init)
     data = (x,) if data is None else tuple(data)
-    n = jax.tree.leaves(x)[0].shape[0]
+    n = jax.tree.leaves(x)[0].shape[0] if n is None else n
     dtype = jax.tree.leaves(x)[0].dtype
     if n_init == 1:
         p0 = jax.tree.map(lambda a: a[0], starts)
-        return _em_run(p0, e_step, m_step, data, args, n, max_iter, tol, dtype, on_failure, progress)
-    with _progress.bar(progress, max_iter, "EM") as every:
+        return _em_run(p0, e_step, m_step, data, args, n, max_iter, tol, dtype, on_failure, progress, stop, label)
+    with _progress.bar(progress, max_iter, label) as every:
         params, trace, n_iter, done, failed = _em_many_jit(
-            starts, data, args, jnp.asarray(tol, dtype), Static(e_step), Static(m_step), n, max_iter, every
+            starts, data, args, jnp.asarray(tol, dtype), Static(e_step), Static(m_step), n, max_iter, every, stop
         )
         jax.block_until_ready(params)
     n_iter, failed = np.asarray(n_iter), np.asarray(failed)
     final = np.asarray(trace)[np.arange(n_iter.size), n_iter]
-    ok = failed[:, 0] < 0
+    ok = (failed[:, 0] < 0) & np.isfinite(final)
     if not ok.any():
         on_failure(failed[0])
     best = int(np.argmin(np.where(ok, final, np.inf)))

@@ -35,7 +35,6 @@ __all__ = [
     "moments",
     "stream_sum",
     "choose_rows",
-    "em_loop",
 ]
 
 DEFAULT_CHUNK_ROWS = 1 << 16
@@ -241,22 +240,3 @@ def choose_rows(key, N: int, K: int) -> np.ndarray:
         t = int(w % np.uint64(j + 1))
         kept[j if t in kept else t] = None
     return np.fromiter(kept, dtype=np.int64, count=K)
-
-
-def em_loop(params, one_pass, m_step, n: int, max_iter: int, tol: float):
-    """EM driven from Python, one pass over the data per iteration: ``(params, trace, converged)``.
-
-    ``one_pass(p) -> (sum_i ln p(x_i), R)``; ``m_step(R, iteration) -> p`` (raising if
-    the step failed). Stops after ``max_iter`` steps or when the energy changes by less
-    than ``tol * n``, as the jitted loop of :func:`lse_energy.gmm.em`; ``trace`` holds
-    the energies before the first step and after each.
-    """
-    ll, R = one_pass(params)
-    trace, done = [-float(ll)], False
-    while len(trace) <= max_iter and not done:
-        p = m_step(R, len(trace))
-        ll, R = one_pass(p)
-        done = abs(trace[-1] + float(ll)) < tol * n
-        trace.append(-float(ll))
-        params = p
-    return params, trace, done

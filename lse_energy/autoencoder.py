@@ -494,7 +494,14 @@ def _result(opt_state, values):
 
 
 def fit(
-    params: Params, x, *, optimizer: Any, n_steps: int, activation: str = "linear", opt_state=None
+    params: Params,
+    x,
+    *,
+    optimizer: Any,
+    n_steps: int,
+    activation: str = "linear",
+    opt_state=None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Train a tied autoencoder by full-batch gradient descent on :func:`loss` (§19 of the lecture notes).
 
@@ -509,6 +516,7 @@ def fit(
       n_steps: number of steps, integer ``>= 1``.
       activation: the encoder nonlinearity, one of :data:`ACTIVATIONS`.
       opt_state: optimizer state from a previous call, or ``None`` to initialise it.
+      progress: show a ``tqdm.auto`` bar of the steps (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
@@ -544,4 +552,5 @@ def fit(
         args=x,
         opt_state=opt_state,
         result=_result,
+        progress=progress,
     )

@@ -56,7 +56,18 @@ import pathlib
 ENV = "LSE_JAX_CACHE"
 _OFF = {"", "0", "off", "false", "no"}
 
-__all__ = ["ENV", "default_dir", "enable", "resolve"]
+__all__ = ["ENV", "default_dir", "enable", "is_off", "resolve"]
+
+
+def is_off(value: str) -> bool:
+    """Whether a value of ``LSE_JAX_CACHE`` turns the cache off (empty, ``0``, ``off``, ``false``, ``no``).
+
+    Examples:
+      >>> from lse_energy.compile_cache import is_off
+      >>> is_off(" Off "), is_off("/tmp/jax-cache")
+      (True, False)
+    """
+    return value.strip().lower() in _OFF
 
 
 def default_dir() -> pathlib.Path:
@@ -77,8 +88,8 @@ def resolve(path: str | os.PathLike | None = None) -> pathlib.Path | None:
     if path is not None:
         return pathlib.Path(path)
     if ENV in os.environ:
-        value = os.environ[ENV].strip()
-        return None if value.lower() in _OFF else pathlib.Path(value).expanduser()
+        value = os.environ[ENV]
+        return None if is_off(value) else pathlib.Path(value.strip()).expanduser()
     import jax
 
     existing = jax.config.jax_compilation_cache_dir

@@ -808,6 +808,7 @@ def fit(
     batch_size: int | None = None,
     key: Array | None = None,
     opt_state=None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Train the embeddings on co-occurrence counts (§20) with an optax optimizer.
 
@@ -832,6 +833,7 @@ def fit(
       batch_size: ``None`` (full batch) or pairs per step ``>= 1``.
       key: a ``jax.random`` key, required with ``batch_size``.
       opt_state: optimizer state from a previous fit, or ``None`` to initialise.
+      progress: show a ``tqdm.auto`` bar of the steps (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
@@ -883,4 +885,5 @@ def fit(
         opt_state=opt_state,
         setup=_setup,
         result=_result,
+        progress=progress,
     )

@@ -69,7 +69,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _descent, _progress, _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -689,36 +689,10 @@ def _mode_coverage(samples, centers, std, n_std, min_fraction) -> Coverage:
 # ---------------------------------------------------------------------------
 
 
-@partial(
-    jax.jit,
-    static_argnames=(
-        "d_optimizer",
-        "g_optimizer",
-        "n_steps",
-        "batch_size",
-        "n_discriminator_steps",
-        "kind",
-        "train_generator",
-        "report_every",
-    ),
-)
-def _fit(
-    params,
-    data,
-    key,
-    opt_state,
-    *,
-    d_optimizer,
-    g_optimizer,
-    n_steps,
-    batch_size,
-    n_discriminator_steps,
-    kind,
-    train_generator,
-    report_every,
-):
-    d_optimizer, g_optimizer = d_optimizer.value, g_optimizer.value  # _descent.Static: compiled once per configuration
-    noise_dim = params.generator.weights[0].shape[0]
+def _round(carry, k, data, *, d_optimizer, g_optimizer, batch_size, n_discriminator_steps, kind, train_generator):
+    # one step of fit (a round of _descent.rounds): n_discriminator_steps discriminator updates, then the generator's
+    p, (ds, gs) = carry
+    noise_dim = p.generator.weights[0].shape[0]
     dtype = data.dtype
 
     def d_update(carry, k):
@@ -730,27 +704,24 @@ def _fit(
         discriminator, ds = _descent.step(d_optimizer, g, ds, p.discriminator)
         return (p._replace(discriminator=discriminator), ds), loss
 
-    def step(carry, inp):
-        i, k = inp
-        p, (ds, gs) = carry
-        kd, kg = jax.random.split(k)
-        (p, ds), d_losses = jax.lax.scan(d_update, (p, ds), jax.random.split(kd, n_discriminator_steps))
-        if train_generator:
-            z = core.random_normal(kg, (batch_size, noise_dim), dtype)
-            g_val, g = jax.value_and_grad(lambda ph: _g_loss(p._replace(generator=ph), z, kind))(p.generator)
-            g_norm = jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
-            d_fake = jnp.mean(jax.nn.sigmoid(_logit(p, _forward(p.generator, z))))
-            generator, gs = _descent.step(g_optimizer, g, gs, p.generator)
-            p = p._replace(generator=generator)
-        else:
-            g_val = g_norm = d_fake = jnp.zeros((), dtype)
-        _progress.tick(i, n_steps, report_every)
-        return (p, (ds, gs)), (d_losses[-1], g_val, g_norm, d_fake)
+    kd, kg = jax.random.split(k)
+    (p, ds), d_losses = jax.lax.scan(d_update, (p, ds), jax.random.split(kd, n_discriminator_steps))
+    if train_generator:
+        z = core.random_normal(kg, (batch_size, noise_dim), dtype)
+        g_val, g = jax.value_and_grad(lambda ph: _g_loss(p._replace(generator=ph), z, kind))(p.generator)
+        g_norm = jnp.sqrt(sum(jnp.sum(leaf**2) for leaf in jax.tree.leaves(g)))
+        d_fake = jnp.mean(jax.nn.sigmoid(_logit(p, _forward(p.generator, z))))
+        generator, gs = _descent.step(g_optimizer, g, gs, p.generator)
+        p = p._replace(generator=generator)
+    else:
+        g_val = g_norm = d_fake = jnp.zeros((), dtype)
+    return (p, (ds, gs)), (d_losses[-1], g_val, g_norm, d_fake)
 
-    (p, opt_state), (d_trace, g_trace, n_trace, f_trace) = jax.lax.scan(
-        step, (params, opt_state), (jnp.arange(n_steps), jax.random.split(key, n_steps))
-    )
-    return p, d_trace, FitExtras(g_trace, opt_state, n_trace, f_trace)
+
+def _result(carry, values):
+    p, opt_state = carry
+    d_trace, g_trace, n_trace, f_trace = values
+    return p, d_trace, FitExtras(g_trace, opt_state, n_trace, f_trace), d_trace
 
 
 def fit(
@@ -780,7 +751,7 @@ def fit(
     \kappa\nabla_\theta`, :math:`\varphi \leftarrow \varphi - \kappa\nabla_\varphi`.
     With ``train_generator=False`` the generator is fixed and only :math:`D`
     learns (it then tends to :math:`D^* = p_{\rm data}/(p_{\rm data} + p_g)`).
-    Jitted, one ``lax.scan``; compiled once per configuration of the optimizers (``_descent.Static``).
+    Jitted, one ``lax.scan`` (``_descent.rounds``); compiled once per configuration of the optimizers.
     With concrete arguments it validates them; it may also be ``jax.vmap``-ed over
     ``params`` and ``key`` (return arrays only, e.g. ``fit(...).params``).
 
@@ -841,23 +812,23 @@ def fit(
     _validate.flag("train_generator", train_generator)
     if opt_state is None:
         opt_state = (d_optimizer.init(params.discriminator), g_optimizer.init(params.generator))
-    with _progress.bar(progress, n_steps, "GAN steps") as every:
-        p, d_trace, extras = jax.block_until_ready(
-            _fit(
-                params,
-                x,
-                key,
-                opt_state,
-                d_optimizer=_descent.Static(d_optimizer),
-                g_optimizer=_descent.Static(g_optimizer),
-                n_steps=n_steps,
-                batch_size=batch_size,
-                n_discriminator_steps=n_discriminator_steps,
-                kind=kind,
-                train_generator=bool(train_generator),
-                report_every=every,
-            )
-        )
-    out = core.FitResult(p, d_trace, n_steps, None, extras)
-    _validate.require_finite("gan.fit", out, steps=d_trace, hint="lower the optimizers' learning rates")
-    return out
+    round_ = partial(
+        _round,
+        d_optimizer=d_optimizer,
+        g_optimizer=g_optimizer,
+        batch_size=batch_size,
+        n_discriminator_steps=n_discriminator_steps,
+        kind=kind,
+        train_generator=bool(train_generator),
+    )
+    return _descent.rounds(
+        "gan.fit",
+        round_,
+        (params, opt_state),
+        n_rounds=n_steps,
+        key=key,
+        args=x,
+        result=_result,
+        hint="lower the optimizers' learning rates",
+        progress=progress,
+    )

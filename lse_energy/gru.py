@@ -796,6 +796,7 @@ def fit(
     y_eval=None,
     method: str = "parallel",
     opt_state=None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Train a GRU or minGRU classifier (by the type of ``params``) by minibatch descent on :func:`loss`.
 
@@ -813,6 +814,7 @@ def fit(
       x_eval, y_eval: optional held-out set, scored after every epoch.
       method: the minGRU scan used in training (``"sequential"`` or ``"parallel"``).
       opt_state: optional optimizer state to continue from.
+      progress: show a ``tqdm.auto`` bar of the epochs (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult` with ``energies`` the ``(n_epochs,)``
@@ -863,4 +865,5 @@ def fit(
         opt_state=opt_state,
         epoch_end=partial(_epoch_end, method=method),
         result=_result,
+        progress=progress,
     )

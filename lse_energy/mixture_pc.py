@@ -57,7 +57,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _descent, _progress, _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -553,29 +553,27 @@ class FitExtras(NamedTuple):
     learn_energy: Array
 
 
-@partial(
-    jax.jit, static_argnames=("optimizer", "n_steps", "n_infer_steps", "n_learn_steps", "auto_step", "report_every")
-)
-def _fit_jit(params, x, mu0, step_size, optimizer, n_steps, n_infer_steps, n_learn_steps, auto_step, report_every=0):
-    optimizer = optimizer.value  # a _descent.Static: compiled once per configuration, not per optimizer object
+def _round(carry, _key, args, *, optimizer, n_infer_steps, n_learn_steps, auto_step):
+    # one round of fit (of _descent.rounds): inference on mu at fixed phi, then n_learn_steps optimizer steps on phi
+    p, state, mu = carry
+    x, step_size = args
 
     def learn(carry, _):
         p, state, mu = carry
         p, state = _descent.step(optimizer, _grad_params(p, x, mu), state, p)
         return (p, state, mu), _energy(p, x, mu)
 
-    def round_(carry, i):
-        p, state, mu = carry
-        _progress.tick(i, n_steps, report_every)
-        eta = 1.0 / _lipschitz(p, x) if auto_step else step_size
-        mu, inf_trace = _infer_scan(p, x, mu, eta, n_infer_steps)
-        (p, state, mu), learn_trace = jax.lax.scan(learn, (p, state, mu), None, length=n_learn_steps)
-        return (p, state, mu), (inf_trace[1:], learn_trace)
+    eta = 1.0 / _lipschitz(p, x) if auto_step else step_size
+    mu, inf_trace = _infer_scan(p, x, mu, eta, n_infer_steps)
+    (p, state, mu), learn_trace = jax.lax.scan(learn, (p, state, mu), None, length=n_learn_steps)
+    return (p, state, mu), (inf_trace[1:], learn_trace)
 
-    state = optimizer.init(params)
-    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(n_steps))
-    energies = jnp.concatenate([_energy(params, x, mu0)[None], lrn[:, -1]])
-    return p, energies, FitExtras(mu=mu, infer_energy=inf, learn_energy=lrn)
+
+def _result(start, carry, values):
+    p, _, mu = carry
+    inf, lrn = values
+    energies = jnp.concatenate([start[None], lrn[:, -1]])
+    return p, energies, FitExtras(mu=mu, infer_energy=inf, learn_energy=lrn), lrn
 
 
 def fit(
@@ -650,29 +648,23 @@ def fit(
     n_learn_steps = _validate.count("n_learn_steps", n_learn_steps, 1)
     step_size = _validate.positive("step_size", step_size, allow_none=True)
     eta = jnp.asarray(1.0 if step_size is None else step_size, x.dtype)
-    with _progress.bar(progress, n_steps, "predictive-coding mixture fit (rounds)") as every:
-        p, energies, extras = jax.block_until_ready(
-            _fit_jit(
-                params,
-                x,
-                mu0,
-                eta,
-                _descent.Static(optimizer),
-                n_steps,
-                n_infer_steps,
-                n_learn_steps,
-                step_size is None,
-                every,
-            )
-        )
-    out = core.FitResult(p, energies, n_steps, None, extras)
-    _validate.require_finite(
-        "mixture_pc.fit",
-        out,
-        steps=out.extras.learn_energy,
-        hint="lower the optimizer's learning rate or step_size (None picks a safe one)",
+    round_ = partial(
+        _round,
+        optimizer=optimizer,
+        n_infer_steps=n_infer_steps,
+        n_learn_steps=n_learn_steps,
+        auto_step=step_size is None,
     )
-    return out
+    return _descent.rounds(
+        "mixture_pc.fit",
+        round_,
+        (params, optimizer.init(params), mu0),
+        n_rounds=n_steps,
+        args=(x, eta),
+        result=partial(_result, _energy(params, x, mu0)),
+        hint="lower the optimizer's learning rate or step_size (None picks a safe one)",
+        progress=progress,
+    )
 
 
 class Data(NamedTuple):

@@ -645,6 +645,7 @@ def fit(
     n_infer_steps: int,
     step_size: float = 0.1,
     opt_state=None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Training mode of §29.1.4: clamp :math:`x^1 = X`, :math:`x^L = Y`, relax, learn.
 
@@ -670,6 +671,7 @@ def fit(
       step_size: inference step :math:`\eta > 0`.
       opt_state: optimizer state from a previous call, or ``None`` to
         initialise it.
+      progress: show a ``tqdm.auto`` bar of the epochs (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
@@ -721,6 +723,7 @@ def fit(
         opt_state=opt_state,
         result=_result,
         hint="lower the optimizer's learning rate or the inference step_size",
+        progress=progress,
     )
 
 

@@ -878,6 +878,7 @@ def fit(
     monitor: bool = True,
     opt_state=None,
     uniform_bits: int | None = None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Train by CD-k (:math:`k` = ``n_gibbs_steps``) with an optax optimizer (§23.8).
 
@@ -901,6 +902,7 @@ def fit(
         ``None``): four :math:`u = m / 2^{16}` per block, a quarter of the hashing, another stream, 2 bytes per
         draw held for an epoch: :math:`P(u < p) = \lceil 2^{16} p \rceil / 2^{16}`, above :math:`p` by less
         than :math:`2^{-16} \approx 1.5 \cdot 10^{-5}`, far below the noise of a CD estimate.
+      progress: show a ``tqdm.auto`` bar of the epochs (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`; ``energies``, ``(n_epochs,)``, the mean free
@@ -946,4 +948,5 @@ def fit(
         opt_state=opt_state,
         result=_result,
         **_driver(W.shape, batch_size, k, bool(monitor), bits),
+        progress=progress,
     )

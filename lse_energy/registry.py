@@ -48,7 +48,7 @@ from lse_energy import (
     vae,
 )
 
-__all__ = ["Model", "MODELS", "get", "EM_FITS", "GRADIENT_FITS", "STEP_FITS", "OTHER_FITS", "DRIVERS", "OWN_LOOPS"]
+__all__ = ["Model", "MODELS", "get", "EM_FITS", "GRADIENT_FITS", "STEP_FITS", "OTHER_FITS", "DRIVERS"]
 
 
 class Model(NamedTuple):
@@ -409,23 +409,11 @@ OTHER_FITS = {
     "mixture_pc.fit": "rounds of inference on the latent causes mu, then of learning, from the caller's mu0",
 }
 
-#: The driver of ``lse_energy._descent`` each fit calls (``_descent.record`` sees it), or ``None`` for a fit
-#: that runs its own loop; :data:`OWN_LOOPS` says why.
+#: The driver of ``lse_energy._descent`` each fit calls (``_descent.record`` sees it): ``minibatch``,
+#: ``em``, ``steps``, or ``rounds`` for a fit whose step is more than one optax step on one loss.
 DRIVERS = {
     **dict.fromkeys(GRADIENT_FITS, "minibatch"),
-    **dict.fromkeys(("gmm.fit", "gmm.em", "sharding.sharded_fit"), "em"),
+    **dict.fromkeys(EM_FITS + ("gmm.em",), "em"),
     **dict.fromkeys((*STEP_FITS, "diffusion_mlp.fit"), "steps"),
-    **dict.fromkeys(("slds.fit", "slot_attention.fit", "gan.fit", "mixture_pc.fit"), None),
-}
-#: Why a fit runs its own loop rather than a driver of ``_descent``.
-OWN_LOOPS = {
-    "slds.fit": "EM on the normalised energy (17) plus a precision penalty, evaluated after each combined E/M "
-    "step, stopping on a one-sided decrease; its restarts start inside the compiled loop and fail by non-finite "
-    "parameters, not a check in the M-step. The em driver's loop (gmm's) would change its arithmetic",
-    "slot_attention.fit": "no optimizer and no restarts: n_steps alternating closed-form steps from the caller's "
-    "parameters and slots (no stopping rule, no energy change per point)",
-    "gan.fit": "two players, two optimizers: a step is n_discriminator_steps discriminator updates, then one "
-    "generator update (each through _descent.step, the optimizers compiled once per configuration)",
-    "mixture_pc.fit": "two nested loops per round, inference on mu then n_learn_steps optimizer steps "
-    "(_descent.step, the optimizer compiled once per configuration)",
+    **dict.fromkeys(("slot_attention.fit", "gan.fit", "mixture_pc.fit"), "rounds"),
 }

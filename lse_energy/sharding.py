@@ -374,6 +374,7 @@ def sharded_fit(
     tol: float = 1e-6,
     reg_covar: float = 1e-6,
     chunk_rows: int | None = None,
+    progress: bool = False,
 ):
     r""":func:`lse_energy.gmm.fit` with the data points sharded over ``mesh``.
 
@@ -390,7 +391,7 @@ def sharded_fit(
         own rows (in memory, process-local, or streamed).
       n_components: ``K >= 1``.
       mesh: a one-axis :class:`~jax.sharding.Mesh`.
-      key, max_iter, tol, reg_covar, chunk_rows: as in :func:`lse_energy.gmm.fit`.
+      key, max_iter, tol, reg_covar, chunk_rows, progress: as in :func:`lse_energy.gmm.fit`.
 
     Returns:
       :class:`~lse_energy.core.FitResult` as :func:`lse_energy.gmm.fit`; with
@@ -413,7 +414,11 @@ def sharded_fit(
     """
     if _multiprocess() or chunk_rows is not None or _rows.is_streamed(x):
         stream = _sharded_stream(x, mesh, chunk_rows)
-        return _local(gmm.streamed_fit(stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar))
+        return _local(
+            gmm.streamed_fit(
+                stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar, progress=progress
+            )
+        )
     params = gmm.init_params(x, n_components, key=key, reg_covar=reg_covar)  # checks x (the only check)
     x = jnp.asarray(x)
     N = x.shape[0]
@@ -428,6 +433,7 @@ def sharded_fit(
         max_iter=max_iter,
         tol=tol,
         reg_covar=reg_covar,
+        progress=progress,
     )
 
 

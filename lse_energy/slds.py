@@ -41,6 +41,7 @@ integer index array or a boolean mask, counts (``n_components``,
 
 from __future__ import annotations
 
+import functools
 from functools import partial
 from typing import NamedTuple
 
@@ -48,7 +49,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -615,34 +616,29 @@ def init_params(x, n_components: int, *, key, reg_covar: float = 1e-6) -> Params
     return _init_one(key, x, int(n_components), reg_covar)
 
 
-def _fit_one(params0, x, tol, reg_covar, max_iter, report_every=0):
-    T1 = x.shape[0] - 1
-    obj = lambda p: core.energy(_sim(p, x, True)) + _penalty(p, reg_covar)  # noqa: E731
-    trace = jnp.full((max_iter + 1,), jnp.nan, x.dtype).at[0].set(obj(params0))
-
-    def cond(state):
-        i, _, _, done = state
-        return (i < max_iter) & ~done
-
-    def body(state):
-        i, p, tr, _ = state
-        _progress.tick(i, max_iter, report_every)
-        new = _em_step(p, x, reg_covar)
-        e = obj(new)
-        tr = tr.at[i + 1].set(e)
-        done = (tr[i] - e) <= tol * T1
-        return i + 1, new, tr, done
-
-    n, params, trace, done = jax.lax.while_loop(cond, body, (0, params0, trace, False))
-    return params, trace, n, done
+# fit through _descent.em: the statistics an E-step hands the M-step are the parameters themselves,
+# since em_step is the combined E/M step; the energy is the objective (17) plus the precision penalty.
+def _objective_step(p, x, reg_covar):
+    return -(core.energy(_sim(p, x, True)) + _penalty(p, reg_covar)), p
 
 
-def _fit_many_body(keys, x, tol, reg_covar, n_components, max_iter, report_every=0):
-    inits = jax.vmap(lambda k: _init_one(k, x, n_components, reg_covar))(keys)
-    return jax.vmap(lambda p: _fit_one(p, x, tol, reg_covar, max_iter, report_every))(inits)
+def _em_m_step(p, n, args):
+    new = _em_step(p, *args)
+    finite = [jnp.all(jnp.isfinite(leaf.reshape(leaf.shape[0], -1)), axis=1) for leaf in new]
+    return new, ~functools.reduce(jnp.logical_and, finite)  # a mode with a non-finite parameter
 
 
-_fit_many = jax.jit(_fit_many_body, static_argnames=("n_components", "max_iter", "report_every"))
+@functools.partial(jax.jit, static_argnames="n_components")
+def _starts(keys, x, reg_covar, n_components):
+    return jax.vmap(lambda k: _init_one(k, x, n_components, reg_covar))(keys)
+
+
+def _raise_if_failed(failed):
+    if failed[0] >= 0:
+        raise ValueError(
+            "every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger"
+            " reg_covar"
+        )
 
 
 def fit(
@@ -710,34 +706,25 @@ def fit(
     _validate.count("max_iter", max_iter, 1)
     _validate.count("n_init", n_init, 1)
     _validate.nonnegative("tol", tol)
-    keys = jax.random.split(key, int(n_init))
-    with _progress.bar(progress, int(max_iter), f"SLDS EM ({int(n_init)} restarts)") as every:
-        params, traces, ns, done = jax.block_until_ready(
-            _fit_many(
-                keys,
-                x,
-                jnp.asarray(tol, x.dtype),
-                jnp.asarray(reg_covar, x.dtype),
-                n_components=int(n_components),
-                max_iter=int(max_iter),
-                report_every=every,
-            )
-        )
-    ns = np.asarray(ns)
-    final = np.asarray(traces)[np.arange(len(ns)), ns]
-    ok = np.isfinite(final)
-    for leaf in params:  # every parameter of each restart, not only the covariances
-        a = np.asarray(leaf)
-        ok &= np.all(np.isfinite(a.reshape(a.shape[0], -1)), axis=1)
-    if not np.any(ok):
-        raise ValueError(
-            "every EM restart broke down (a mode lost all responsibility); try another key, more restarts or a larger"
-            " reg_covar"
-        )
-    best = int(np.argmin(np.where(ok, final, np.inf)))
-    chosen = jax.tree_util.tree_map(lambda a: a[best], params)
-    n_iter = int(ns[best])
-    return core.FitResult(chosen, traces[best, : n_iter + 1], n_iter, bool(done[best]))
+    reg = jnp.asarray(reg_covar, x.dtype)
+    return _descent.em(
+        lambda x, K, key, n_init: _starts(jax.random.split(key, n_init), x, reg, K),  # a split key even for one
+        _objective_step,
+        _em_m_step,
+        x,
+        int(n_components),
+        key=key,
+        max_iter=int(max_iter),
+        tol=tol,
+        n_init=int(n_init),
+        data=(x, reg),
+        args=(x, reg),
+        n=x.shape[0] - 1,
+        stop="decrease",
+        on_failure=_raise_if_failed,
+        label=f"SLDS EM ({int(n_init)} restarts)",
+        progress=progress,
+    )
 
 
 def predict(params: Params, x, *, normalised: bool = True) -> Array:

@@ -48,7 +48,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from lse_energy import _progress, _validate, core
+from lse_energy import _descent, _validate, core
 
 Array = jax.Array
 
@@ -692,30 +692,33 @@ class FitExtras(NamedTuple):
     norm_w_q: Array
 
 
-@partial(jax.jit, static_argnames=("n_steps", "n_e_steps", "m_step", "report_every"))
-def _fit(params, x, mu, lam, prox, n_steps, n_e_steps, m_step, report_every=0):
-    def body(carry, i):
-        p, m = carry
-        _progress.tick(i, n_steps, report_every)
+def _round(carry, _key, args, n_e_steps, m_step):
+    # one EM iteration of fit (a round of _descent.rounds): n_e_steps CCCP slot updates, then the W_Q step
+    p, m = carry
+    x, lam, prox = args
 
-        def estep(mm, _):
-            new = -_grad_mu(p, x, mm) / lam
-            return new, _free(p, x, new, lam)
+    def estep(mm, _):
+        new = -_grad_mu(p, x, mm) / lam
+        return new, _free(p, x, new, lam)
 
-        m_new, tr = jax.lax.scan(estep, m, None, length=n_e_steps)
-        a = core.weights(_sim(p, x, m_new))
-        before = _surrogate(p, x, m_new, a)
-        if m_step == "procrustes":
-            w_q = _procrustes(p, x, m_new, a, prox)
-        else:
-            w_q = _m_w_q(p, x, m_new, a)
-        p_new = p._replace(w_q=w_q)
-        after = _surrogate(p_new, x, m_new, a)
-        trace = jnp.concatenate([_free(p, x, m, lam)[None], tr, _free(p_new, x, m_new, lam)[None]])
-        return (p_new, m_new), (trace, before, after, jnp.linalg.norm(w_q - p.w_q), jnp.linalg.norm(w_q))
+    m_new, tr = jax.lax.scan(estep, m, None, length=n_e_steps)
+    a = core.weights(_sim(p, x, m_new))
+    before = _surrogate(p, x, m_new, a)
+    if m_step == "procrustes":
+        w_q = _procrustes(p, x, m_new, a, prox)
+    else:
+        w_q = _m_w_q(p, x, m_new, a)
+    p_new = p._replace(w_q=w_q)
+    after = _surrogate(p_new, x, m_new, a)
+    trace = jnp.concatenate([_free(p, x, m, lam)[None], tr, _free(p_new, x, m_new, lam)[None]])
+    return (p_new, m_new), (trace, before, after, jnp.linalg.norm(w_q - p.w_q), jnp.linalg.norm(w_q))
 
-    (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_steps))
-    return p, FitExtras(m, *out)
+
+def _result(carry, values):
+    p, m = carry
+    extras = FitExtras(m, *values)
+    energies = jnp.concatenate([extras.regularised_energy[:1, 0], extras.regularised_energy[:, -1]])
+    return p, energies, extras, extras.regularised_energy
 
 
 def fit(
@@ -777,29 +780,16 @@ def fit(
     if m_step == "procrustes":
         _validate.nonnegative("prox", prox)
         _validate.orthonormal_columns("params.w_q", params.w_q, "for m_step='procrustes'")
-    with _progress.bar(progress, int(n_steps), f"slot-attention EM ({m_step})") as every:
-        p, extras = jax.block_until_ready(
-            _fit(
-                params,
-                x,
-                mu,
-                jnp.asarray(lam, x.dtype),
-                jnp.asarray(prox, x.dtype),
-                int(n_steps),
-                int(n_e_steps),
-                m_step,
-                every,
-            )
-        )
-    energies = jnp.concatenate([extras.regularised_energy[:1, 0], extras.regularised_energy[:, -1]])
-    out = core.FitResult(p, energies, int(n_steps), None, extras)
-    _validate.require_finite(
+    return _descent.rounds(
         "slot_attention.fit",
-        out,
-        steps=extras.regularised_energy,
+        partial(_round, n_e_steps=int(n_e_steps), m_step=m_step),
+        (params, mu),
+        n_rounds=int(n_steps),
+        args=(x, jnp.asarray(lam, x.dtype), jnp.asarray(prox, x.dtype)),
+        result=_result,
         hint="use m_step='procrustes' (monotone), a larger lam or fewer n_e_steps",
+        progress=progress,
     )
-    return out
 
 
 # ---------------------------------------------------------------------------

@@ -230,17 +230,21 @@ class Interval(NamedTuple):
         return self.low > 0 or self.high < 0
 
 
-def paired_interval(a, b, level: float = 0.95) -> Interval:
+def paired_interval(a, b=0.0, level: float = 0.95) -> Interval:
     """The book's verdict rule: the mean of the per-seed differences ``a - b``, with its t interval.
 
-    ``a`` and ``b`` are results of two methods on the same seeds (pair ``i`` shares seed ``i``).
-    "A beats B" is claimed only when the interval excludes 0. Needs SciPy (the t quantile).
+    ``a`` and ``b`` are results of two methods on the same seeds (pair ``i`` shares seed ``i``);
+    without ``b``, ``a`` holds the per-seed differences themselves. "A beats B" is claimed only
+    when the interval excludes 0. Needs SciPy (the t quantile).
 
     Examples:
       >>> from lse_energy.testing import paired_interval
       >>> iv = paired_interval([0.91, 0.93, 0.90, 0.94], [0.88, 0.90, 0.89, 0.90])
       >>> f"{iv.mean:+.3f} [{iv.low:+.3f}, {iv.high:+.3f}]", iv.excludes_zero()
       ('+0.027 [+0.007, +0.048]', True)
+      >>> d = [0.03, 0.03, 0.01, 0.04]  # the differences themselves
+      >>> paired_interval(d) == paired_interval(d, [0.0, 0.0, 0.0, 0.0])
+      True
     """
     from scipy import stats
 

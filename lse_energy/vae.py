@@ -756,6 +756,7 @@ def fit(
     kl_weight: float = 1.0,
     n_samples: int = 1,
     opt_state=None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Train a VAE by the procedure of §21: encode, sample :math:`z = \mu + \epsilon\odot\sigma`, KL, decode,
     reconstruction loss, a gradient step on the combined loss (:func:`loss`).
@@ -779,6 +780,7 @@ def fit(
         (:func:`loss`); with :math:`K > 1` it is :math:`-\mathrm{IWAE}_K` (:func:`iwae_loss`,
         :math:`K` codes per example per step), and ``kl_weight`` must be 1.
       opt_state: state from a previous call, or ``None``.
+      progress: show a ``tqdm.auto`` bar of the epochs (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult`: trained :class:`Params`; ``energies``,
@@ -828,6 +830,7 @@ def fit(
         opt_state=opt_state,
         batch_keys=True,
         result=_result,
+        progress=progress,
     )
 
 

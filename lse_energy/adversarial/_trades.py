@@ -339,6 +339,7 @@ def fit(
     box=None,
     opt_state=None,
     defence: str = "trades",
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Standard training (``trades_weight = 0``), TRADES training (``trades_weight > 0``), or plain
     adversarial training (``defence="augment"``), §25 of the notes.
@@ -371,6 +372,7 @@ def fit(
       epsilon, n_inner_steps, step_size, box: the inner maximisation (unused at
         ``trades_weight = 0`` with ``defence="trades"``).
       opt_state: optimizer state to continue from, or ``None``.
+      progress: show a ``tqdm.auto`` bar of the epochs (results agree with ``progress=False`` to round-off).
       defence: ``"trades"`` (the default) or ``"augment"``.
 
     Returns:
@@ -427,4 +429,5 @@ def fit(
         opt_state=opt_state,
         batch_keys=True,
         result=_result,
+        progress=progress,
     )

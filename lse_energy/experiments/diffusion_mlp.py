@@ -204,7 +204,16 @@ def _result(opt_state, losses):
 
 
 def fit(
-    params: Params, x, schedule, optimizer, *, key, n_steps: int, batch_size: int = 256, opt_state=None
+    params: Params,
+    x,
+    schedule,
+    optimizer,
+    *,
+    key,
+    n_steps: int,
+    batch_size: int = 256,
+    opt_state=None,
+    progress: bool = False,
 ) -> core.FitResult:
     r"""Train :func:`epsilon` with the notes' training algorithm: each step draws a
     minibatch of training points (with replacement), :math:`t \sim \mathcal{U}\{1..T\}`,
@@ -221,6 +230,7 @@ def fit(
       n_steps: number of optimizer steps, ``>= 1``.
       batch_size: ``>= 1``.
       opt_state: optimizer state to continue from (``None``: ``optimizer.init(params)``).
+      progress: show a ``tqdm.auto`` bar of the steps (results agree with ``progress=False`` to round-off).
 
     Returns:
       :class:`~lse_energy.core.FitResult`: the trained :class:`Params`;
@@ -250,6 +260,7 @@ def fit(
         args=(x, schedule),
         opt_state=opt_state,
         result=_result,
+        progress=progress,
     )
 
 

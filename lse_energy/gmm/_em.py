@@ -471,6 +471,7 @@ def fit(
     chunk_rows: int | None = None,
     init: str = "kmeans",
     n_init: int = 1,
+    progress: bool = False,
 ):
     r"""Fit a :math:`K`-component mixture by EM from :func:`init_params`.
 
@@ -505,6 +506,7 @@ def fit(
         (:func:`init_params`).
       n_init: number of restarts (``>= 1``); the fit with the lowest final
         energy is kept.
+      progress: show a ``tqdm.auto`` bar of the EM steps, out of ``max_iter``.
 
     Returns:
       :class:`~lse_energy.core.FitResult` with the fitted :class:`Params`, the
@@ -538,8 +540,9 @@ def fit(
     if chunk_rows is not None or _rows.is_streamed(x):
         stream = _rows.local_stream(_rows.RowChunks("x", x, chunk_rows), _chunk_statistics)
         return streamed_fit(
-            stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init, n_init=n_init
-        )
+            stream, n_components, key=key, max_iter=max_iter, tol=tol, reg_covar=reg_covar, init=init, n_init=n_init,
+            progress=progress,
+        )  # fmt: skip
     x = check_x(x)
     max_iter, tol = _check_fit_args(max_iter, tol)
     reg = _check_reg(reg_covar)
@@ -560,11 +563,21 @@ def fit(
         data=(x, shift),
         args=(shift, jnp.asarray(reg, x.dtype)),
         on_failure=partial(_raise_if_failed, reg_covar=reg),
+        progress=progress,
     )
 
 
 def em(
-    params: Params, statistics, data, *, n: int, shift, max_iter: int = 100, tol: float = 1e-6, reg_covar: float = 1e-6
+    params: Params,
+    statistics,
+    data,
+    *,
+    n: int,
+    shift,
+    max_iter: int = 100,
+    tol: float = 1e-6,
+    reg_covar: float = 1e-6,
+    progress: bool = False,
 ):
     r"""EM from ``params`` with a given pass over the data; the loop of :func:`fit`.
 
@@ -580,7 +593,7 @@ def em(
       data: tuple of arrays passed to ``statistics`` after ``p``.
       n: the number of data points ``N``.
       shift: ``(d,)`` the shift ``statistics`` uses.
-      max_iter, tol, reg_covar: as in :func:`fit`.
+      max_iter, tol, reg_covar, progress: as in :func:`fit`.
 
     Returns:
       :class:`~lse_energy.core.FitResult` as :func:`fit`.
@@ -599,11 +612,12 @@ def em(
     params = check_params(params)
     max_iter, tol = _check_fit_args(max_iter, tol)
     return _em(
-        params, statistics, data, _validate.count("n", n), jnp.asarray(shift), max_iter, tol, _check_reg(reg_covar)
-    )
+        params, statistics, data, _validate.count("n", n), jnp.asarray(shift), max_iter, tol, _check_reg(reg_covar),
+        progress,
+    )  # fmt: skip
 
 
-def _em(params, statistics, data, n: int, shift, max_iter: int, tol: float, reg: float):
+def _em(params, statistics, data, n: int, shift, max_iter: int, tol: float, reg: float, progress=False):
     """:func:`em` on checked arguments (:func:`fit` checks them once)."""
     return _descent.em_run(
         params,
@@ -616,6 +630,7 @@ def _em(params, statistics, data, n: int, shift, max_iter: int, tol: float, reg:
         tol=tol,
         dtype=shift.dtype,
         on_failure=partial(_raise_if_failed, reg_covar=reg),
+        progress=progress,
     )
 
 
@@ -642,6 +657,7 @@ def streamed_fit(
     reg_covar: float = 1e-6,
     init: str = "kmeans",
     n_init: int = 1,
+    progress: bool = False,
 ):
     r""":func:`fit` reading the rows from ``stream`` (a ``lse_energy._rows.Stream``) one chunk at a time.
 
@@ -695,8 +711,8 @@ def streamed_fit(
     best, errors = None, []
     for i in range(n_init):
         try:
-            params, trace, done = _rows.em_loop(
-                jax.tree.map(lambda a: a[i], starts), one_pass, m_step_checked, stream.n, max_iter, tol
+            params, trace, done = _descent.em_host(
+                jax.tree.map(lambda a: a[i], starts), one_pass, m_step_checked, stream.n, max_iter, tol, progress
             )
         except ValueError as err:  # a failed restart; raised only when every restart fails
             errors.append(err)

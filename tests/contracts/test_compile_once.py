@@ -1,6 +1,6 @@
 """Every gradient trainer compiles once per configuration, not once per optimizer object.
 
-The drivers of ``lse_energy._descent`` (and ``gan.fit``, ``mixture_pc.fit``) pass the optimizer to
+The drivers of ``lse_energy._descent`` pass the optimizer (or, for ``rounds``, the round holding it) to
 ``jax.jit`` as a ``_descent.Static``, compared by ``_descent.fingerprint``: a second call with a
 fresh but equal optimizer (same constructor, same hyperparameters) and the same shapes traces
 nothing. Counted with ``jax.monitoring``: every new program is traced (``jaxpr_trace_duration``).

@@ -185,3 +185,105 @@ def test_em_is_the_loop_written_out_and_keeps_the_best_restart(n_init):
     np.testing.assert_allclose(r.params, means, rtol=1e-10)
     np.testing.assert_allclose(r.energies, trace, rtol=1e-12)
     assert r.n_iter == len(trace) - 1 and r.converged is done
+
+
+# --- rounds: a round of two inner steps with two optimizers (as gan's players) ----------------------
+
+
+def _two_player_round(carry, k, args, *, first, second):
+    (w, v), (s1, s2) = carry
+    x, y = args
+    rows = jax.random.randint(k, (4,), 0, x.shape[0]) if k is not None else jnp.arange(4)
+    loss_w, gw = jax.value_and_grad(_lsq)(w, x[rows], y[rows] - x[rows] @ v)
+    w, s1 = _descent.step(first, gw, s1, w)
+    loss_v, gv = jax.value_and_grad(_lsq)(v, x[rows], y[rows] - x[rows] @ w)
+    v, s2 = _descent.step(second, gv, s2, v)
+    return ((w, v), (s1, s2)), (loss_w, loss_v)
+
+
+def _rounds_result(carry, values):
+    loss_w, loss_v = values
+    return carry[0], loss_w, loss_v, loss_w + loss_v
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_rounds_is_the_loop_written_out(keyed):
+    x, y = _data()
+    first, second = optax.sgd(0.1), optax.adam(0.05)
+    params = (jnp.zeros(3), jnp.zeros(3))
+    start = (params, (first.init(params[0]), second.init(params[1])))
+    key = jax.random.key(5) if keyed else None
+    round_ = functools.partial(_two_player_round, first=first, second=second)
+    r = _descent.rounds(
+        "test", round_, start, n_rounds=6, key=key, args=(x, y), result=_rounds_result, hint="lower the rates"
+    )
+    carry, losses = start, []
+    for k in jax.random.split(key, 6) if keyed else [None] * 6:
+        carry, (loss_w, _) = round_(carry, k, (x, y))
+        losses.append(loss_w)
+    np.testing.assert_allclose(r.params[0], carry[0][0], rtol=1e-12)
+    np.testing.assert_allclose(r.params[1], carry[0][1], rtol=1e-12)
+    np.testing.assert_allclose(r.energies, losses, rtol=1e-12)
+    assert r.n_iter == 6 and r.converged is None
+
+
+def test_a_diverging_round_is_named():
+    x, y = _data()
+    first = second = optax.sgd(50.0)
+    params = (jnp.zeros(3), jnp.zeros(3))
+    start = (params, (first.init(params[0]), second.init(params[1])))
+    round_ = functools.partial(_two_player_round, first=first, second=second)
+    with pytest.raises(ValueError, match="test.*first at step.*lower the rates"):
+        _descent.rounds(
+            "test", round_, start, n_rounds=400, args=(x, y * 1e100), result=_rounds_result, hint="lower the rates"
+        )
+
+
+# --- the EM stopping rules, and a restart whose energy is not finite --------------------------------
+# A scalar parameter walking up by one per M-step, its energy (p - 3)^2 per point: it falls to p = 3,
+# then rises. "change" stops on a small change only (never here: each step changes E by >= 1 per point);
+# "decrease" stops on the first step that does not lower E by more than tol per point, the rise.
+
+
+def _walk_init(x, K, key, n_init):
+    return jnp.arange(n_init, dtype=x.dtype) * -1.0  # starts 0, -1, -2, ...
+
+
+def _walk_e(p, x):
+    return -x.shape[0] * (p - 3.0) ** 2 + jnp.where(p > 100.0, jnp.inf, 0.0), p
+
+
+def _walk_m(p, n, args):
+    return p + 1.0, jnp.zeros(1, bool)
+
+
+@pytest.mark.parametrize("stop, n_iter", [("decrease", 4), ("change", 10)])
+def test_em_stopping_rules(stop, n_iter):
+    x = jnp.zeros(5)
+    r = _descent.em(
+        _walk_init, _walk_e, _walk_m, x, 1, key=jax.random.key(0), max_iter=10, tol=1e-3, stop=stop, on_failure=_fail
+    )
+    assert r.n_iter == n_iter and r.converged is (stop == "decrease")
+    np.testing.assert_allclose(r.energies, 5 * (np.arange(n_iter + 1) - 3.0) ** 2)
+
+
+def test_em_tol_is_per_point_of_n():
+    # tol * n with n = 4 points (not the 5 rows): E = 5 (p - 3)^2 walks 45, 20, 5, 0, falling by 25, 15, 5
+    x = jnp.zeros(5)
+    run = functools.partial(
+        _descent.em, _walk_init, _walk_e, _walk_m, x, 1, key=jax.random.key(0), max_iter=10, stop="decrease",
+        on_failure=_fail,
+    )  # fmt: skip
+    assert run(tol=15 / 4 + 1e-9, n=4).n_iter == 2  # stops on 20 -> 5, a decrease of 15 <= tol * 4
+    assert run(tol=15 / 4 - 1e-9, n=4).n_iter == 3  # control: just below, it goes on to 5 -> 0
+
+
+def test_em_drops_a_restart_whose_energy_is_not_finite():
+    # Three starts 0, -1, -2 over 104 steps: start 0 walks past p = 100, where E = inf; the others stop
+    # at p = 98 and 99. The lowest finite final energy is start -2's (p = 98, nearer 3).
+    x = jnp.zeros(5)
+    r = _descent.em(
+        _walk_init, _walk_e, _walk_m, x, 1, key=jax.random.key(0), max_iter=101, tol=1e-3, n_init=3, stop="change",
+        on_failure=_fail,
+    )  # fmt: skip
+    assert np.isfinite(r.energies[-1]) and float(r.params) == 99.0

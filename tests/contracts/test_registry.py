@@ -231,16 +231,28 @@ def _fits():
     binary = jnp.asarray((rng.random((6, 3)) < 0.5).astype(float))
     sp = slot_attention.Params(jnp.eye(2), jnp.eye(2))
     return {
-        "autoencoder.fit": lambda: autoencoder.fit(
-            autoencoder.init_params(2, 1, key=key), x2, optimizer=sgd, n_steps=3
+        "autoencoder.fit": lambda **kw: autoencoder.fit(
+            autoencoder.init_params(2, 1, key=key),
+            x2,
+            optimizer=sgd,
+            n_steps=3,
+            **kw,
         ),
-        "gmm.fit": lambda: gmm.fit(x2, 2, key=key, max_iter=3, tol=0.0),
-        "gmm.em": lambda: gmm.em(gp, gmm.sufficient_statistics, (x2, shift), n=12, shift=shift, max_iter=3, tol=0.0),
-        "sharding.sharded_fit": lambda: sharding.sharded_fit(
-            x2, 2, sharding.data_mesh(1), key=key, max_iter=3, tol=0.0
+        "gmm.fit": lambda **kw: gmm.fit(x2, 2, key=key, max_iter=3, tol=0.0, **kw),
+        "gmm.em": lambda **kw: gmm.em(
+            gp, gmm.sufficient_statistics, (x2, shift), n=12, shift=shift, max_iter=3, tol=0.0, **kw
         ),
-        "slds.fit": lambda: slds.fit(traj, 2, key=key, max_iter=3, n_init=2, tol=0.0),
-        "mixture_pc.fit": lambda: mixture_pc.fit(
+        "sharding.sharded_fit": lambda **kw: sharding.sharded_fit(
+            x2,
+            2,
+            sharding.data_mesh(1),
+            key=key,
+            max_iter=3,
+            tol=0.0,
+            **kw,
+        ),
+        "slds.fit": lambda **kw: slds.fit(traj, 2, key=key, max_iter=3, n_init=2, tol=0.0, **kw),
+        "mixture_pc.fit": lambda **kw: mixture_pc.fit(
             mixture_pc.init_params(1, 3, 2, key=key),
             x2,
             jnp.zeros((2, 1)),
@@ -248,9 +260,10 @@ def _fits():
             n_steps=3,
             n_infer_steps=2,
             n_learn_steps=2,
+            **kw,
         ),
-        "slot_attention.fit": lambda: slot_attention.fit(sp, x2, x2[:3], n_steps=3),
-        "adversarial.fit": lambda: adversarial.fit(
+        "slot_attention.fit": lambda **kw: slot_attention.fit(sp, x2, x2[:3], n_steps=3, **kw),
+        "adversarial.fit": lambda **kw: adversarial.fit(
             adversarial.init_params(2, 3, 2, key=key),
             x2,
             jnp.asarray(np.arange(12) % 2),
@@ -261,15 +274,17 @@ def _fits():
             trades_weight=1.0,
             epsilon=0.1,
             n_inner_steps=2,
+            **kw,
         ),
-        "rbm.fit": lambda: rbm.fit(r, binary, key=key, optimizer=optax.sgd(0.05), n_epochs=3, batch_size=3),
-        "embedding.fit": lambda: embedding.fit(
+        "rbm.fit": lambda **kw: rbm.fit(r, binary, key=key, optimizer=optax.sgd(0.05), n_epochs=3, batch_size=3, **kw),
+        "embedding.fit": lambda **kw: embedding.fit(
             embedding.init_params(4, 2, key=key),
             jnp.asarray(rng.integers(1, 4, size=(4, 4)).astype(float)),
             optimizer=sgd,
             n_steps=3,
+            **kw,
         ),
-        "gru.fit": lambda: gru.fit(
+        "gru.fit": lambda **kw: gru.fit(
             gru.init_params(2, 3, 2, key=key),
             jnp.asarray(rng.normal(size=(6, 4, 2))),
             jnp.array([0, 1, 0, 1, 1, 0]),
@@ -277,8 +292,9 @@ def _fits():
             optimizer=sgd,
             n_epochs=3,
             batch_size=3,
+            **kw,
         ),
-        "pcn.fit": lambda: pcn.fit(
+        "pcn.fit": lambda **kw: pcn.fit(
             pcn.init_params((2, 3, 2), key=key),
             x2,
             x2,
@@ -287,8 +303,9 @@ def _fits():
             n_epochs=3,
             batch_size=4,
             n_infer_steps=2,
+            **kw,
         ),
-        "gan.fit": lambda: gan.fit(
+        "gan.fit": lambda **kw: gan.fit(
             gan.init_params(2, 2, key=key, generator_hidden=(3,), discriminator_hidden=(3,)),
             x2,
             key=key,
@@ -296,8 +313,9 @@ def _fits():
             g_optimizer=sgd,
             n_steps=3,
             batch_size=4,
+            **kw,
         ),
-        "diffusion_mlp.fit": lambda: diffusion_mlp.fit(
+        "diffusion_mlp.fit": lambda **kw: diffusion_mlp.fit(
             diffusion_mlp.init_params(2, key=key, hidden=(4,), n_freqs=2),
             x2,
             diffusion.linear_schedule(8),
@@ -305,14 +323,16 @@ def _fits():
             key=key,
             n_steps=3,
             batch_size=4,
+            **kw,
         ),
-        "vae.fit": lambda: vae.fit(
+        "vae.fit": lambda **kw: vae.fit(
             vae.init_params(2, 1, 3, key=key),
             jnp.asarray(rng.random((12, 2))),
             key=key,
             optimizer=sgd,
             n_epochs=3,
             batch_size=4,
+            **kw,
         ),
     }
 
@@ -366,6 +386,8 @@ def family_violations(name, fn) -> list[str]:
     if positional[: len(head)] != head:
         out.append(f"{name}: starts ({', '.join(positional[: len(head)])}), not ({', '.join(head)})")
     out += [f"{name}: {p} is not keyword-only" for p in sorted(required - keyword)]
+    if "progress" not in keyword or params["progress"].default is not False:
+        out.append(f"{name}: no keyword-only progress=False (the driver's progress bar)")
     return out
 
 
@@ -396,6 +418,16 @@ FAMILY_CONTROLS = {
         "optimizer is not",
     ),
     "other fit named data": ("gan.fit", "def fit(params, data, *, key): pass", "the data argument is x"),
+    "fit without a progress bar": (
+        "vae.fit",
+        "def fit(params, x, *, key, optimizer, n_epochs, batch_size): pass",
+        "no keyword-only progress",
+    ),
+    "progress on by default": (
+        "gmm.fit",
+        "def fit(x, n_components, *, key, max_iter=100, tol=1e-6, progress=True): pass",
+        "no keyword-only progress",
+    ),
 }
 
 
@@ -425,20 +457,17 @@ def driver_violations(name, call) -> list[str]:
     with _descent.record() as used:
         call()
     expected = registry.DRIVERS[name]
-    if expected is None:
-        return [f"{name}: registered as its own loop but called {sorted(set(used))}"] if used else []
     if set(used) != {expected}:
         return [f"{name}: registered with the {expected} driver but called {sorted(set(used)) or 'none'}"]
     return []
 
 
-def test_drivers_list_every_fit_and_say_why_a_loop_is_its_own():
+def test_every_fit_has_a_driver():
     from lse_energy import _descent, registry
 
     assert set(registry.DRIVERS) == set(_fits())
-    assert set(registry.DRIVERS.values()) <= {"minibatch", "em", "steps", None}
-    assert {n for n, d in registry.DRIVERS.items() if d is None} == set(registry.OWN_LOOPS)
-    assert all(callable(getattr(_descent, d)) for d in set(registry.DRIVERS.values()) - {None})
+    assert set(registry.DRIVERS.values()) == {"minibatch", "em", "steps", "rounds"}
+    assert all(callable(getattr(_descent, d)) for d in registry.DRIVERS.values())
 
 
 @pytest.mark.parametrize("name", sorted(_fits()))
@@ -446,11 +475,34 @@ def test_every_fit_calls_its_driver(name):
     assert driver_violations(name, _fits()[name]) == []
 
 
+@pytest.mark.parametrize("name", sorted(_fits()))
+def test_every_fit_shows_its_drivers_progress_bar(name, monkeypatch):
+    """``progress=True`` reaches the driver: a bar opens and is moved to its end (3 steps, or max_iter)."""
+    from lse_energy import _progress
+
+    monkeypatch.delenv("TQDM_DISABLE", raising=False)  # a hidden bar counts nothing
+    _progress.last = None
+    _fits()[name](progress=True)
+    assert _progress.last is not None, f"{name}: progress=True opened no bar"
+    done, total = _progress.last
+    assert total == 3 and 1 <= done <= total, _progress.last
+
+
+def test_the_progress_check_sees_a_fit_that_drops_it(monkeypatch):
+    # Control: a fit that accepts progress but does not pass it on opens no bar.
+    from lse_energy import _progress
+
+    _progress.last = None
+    _fits()["gmm.fit"]()  # progress left off
+    assert _progress.last is None
+
+
 DRIVER_CONTROLS = {
     # (registered as, a call that breaks the registration) -> the violation the check must report
     "a trainer that bypasses the minibatch driver": ("vae.fit", "autoencoder.fit", "called ['steps']"),
     "an EM fit that calls no driver": ("gmm.fit", None, "called none"),
-    "an own loop that calls a driver": ("gan.fit", "gmm.fit", "registered as its own loop"),
+    "a two-player fit that calls the steps driver": ("gan.fit", "embedding.fit", "called ['steps']"),
+    "an EM fit with a loop of its own": ("slds.fit", "slot_attention.fit", "called ['rounds']"),
 }
 
 

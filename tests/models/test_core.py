@@ -509,6 +509,9 @@ def test_paired_interval_is_scipys_paired_t_interval():
         ref = scipy.stats.ttest_rel(a, b).confidence_interval(0.9)
         np.testing.assert_allclose([iv.low, iv.high], [ref.low, ref.high], rtol=1e-12)
         assert iv.n == n and np.isclose(iv.mean, np.mean(a - b))
+        # the differences alone: scipy's one-sample interval of a - b
+        one = scipy.stats.ttest_1samp(a - b, 0.0).confidence_interval(0.9)
+        np.testing.assert_allclose(paired_interval(a - b, level=0.9)[1:3], [one.low, one.high], rtol=1e-12)
     assert paired_interval([1.0, 1.2, 1.1], [0.0, 0.1, 0.05]).excludes_zero()
     assert not paired_interval([1.0, -1.0, 0.5], [0.0, 0.0, 0.0]).excludes_zero()
 
