@@ -734,14 +734,15 @@ def analogy(emb, a, b, c) -> Array:
     """
     emb = _validate.points("emb", emb)
     n = emb.shape[0]
+    shape = jnp.broadcast_shapes(jnp.shape(a), jnp.shape(b), jnp.shape(c))  # of the answer: () for scalars
     a, b, c = (_check_tokens(nm, jnp.atleast_1d(t), n) for nm, t in (("a", a), ("b", b), ("c", c)))
-    a, b, c = jnp.broadcast_arrays(a, b, c)
+    a, b, c = (t.reshape(-1) for t in jnp.broadcast_arrays(a, b, c))
     target = emb[b] - emb[a] + emb[c]
     tn = jnp.linalg.norm(target, axis=1, keepdims=True)
     cos = (target / jnp.where(tn > 0, tn, 1)) @ (emb / jnp.linalg.norm(emb, axis=1, keepdims=True)).T
     idx = jnp.arange(n)[None, :]
     excluded = (idx == a[:, None]) | (idx == b[:, None]) | (idx == c[:, None])
-    return jnp.argmax(jnp.where(excluded, -jnp.inf, cos), axis=1)
+    return jnp.argmax(jnp.where(excluded, -jnp.inf, cos), axis=1).reshape(shape)
 
 
 # ---------------------------------------------------------------------------

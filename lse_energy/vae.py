@@ -530,10 +530,12 @@ def _log_weights(params, x, eps, decoder, obs_scale):
     return log_lik + lp - log_q
 
 
-def _check_eps(eps, n, d_z):
-    eps = _validate.array("eps", eps, 3)
-    if eps.shape[1:] != (n, d_z):
-        raise ValueError(f"eps must have shape (S, {n}, {d_z}); got {eps.shape}")
+def _check_eps(eps, n, d_z, samples: bool = True):
+    """``eps`` of shape ``(S, n, d_z)`` (one draw per sample), or ``(n, d_z)`` with ``samples=False``."""
+    eps = _validate.array("eps", eps, 3 if samples else 2)
+    if eps.shape[-2:] != (n, d_z):
+        want = f"(S, {n}, {d_z})" if samples else f"({n}, {d_z})"
+        raise ValueError(f"eps must have shape {want}; got {eps.shape}")
     return eps
 
 
@@ -716,7 +718,7 @@ def loss(
     params = _check_params(params)
     decoder = _check_decoder(decoder)
     x = _check_x(x, params.enc_W.shape[0])
-    eps = _check_eps(jnp.asarray(eps)[None], x.shape[0], params.mu_W.shape[1])[0]
+    eps = _check_eps(eps, x.shape[0], params.mu_W.shape[1], samples=False)
     return _loss_terms(
         params, x, eps, decoder, _validate.positive("obs_scale", obs_scale), _validate.positive("kl_weight", kl_weight)
     )[0]

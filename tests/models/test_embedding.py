@@ -191,7 +191,7 @@ def test_analogy_loop():
     # the textbook example on hand-made vectors: king - man + woman = queen
     royal, male = np.array([1.0, 0, 0.1]), np.array([0, 1.0, 0.1])
     words = np.stack([royal + male, male, -male, royal - male, np.array([0.1, 0.1, 1.0])])  # king man woman queen x
-    assert int(emb.analogy(jnp.asarray(words), 1, 0, 2)[0]) == 3
+    assert int(emb.analogy(jnp.asarray(words), 1, 0, 2)) == 3
 
 
 # --- training --------------------------------------------------------------------
@@ -248,3 +248,13 @@ def test_fit_float32_dtype():
     p0 = emb.init_params(12, 3, key=jax.random.PRNGKey(1), dtype=jnp.float32)
     res = emb.fit(p0, counts, optimizer=optax.sgd(0.1), n_steps=5)
     assert res.params.U.dtype == jnp.float32 and res.energies.dtype == jnp.float32
+
+
+def test_analogy_answers_in_the_shape_of_its_queries():
+    from lse_energy import embedding as emb_mod
+
+    emb = jnp.array([[1.0, 0.0], [0.0, 1.0], [1.0, 0.1], [0.1, 1.0]])
+    one = emb_mod.analogy(emb, 0, 1, 2)
+    assert one.shape == () and int(one) == 3
+    many = emb_mod.analogy(emb, jnp.array([0, 1]), jnp.array([1, 0]), jnp.array([2, 3]))
+    assert many.shape == (2,) and many.tolist() == [3, 2]

@@ -225,3 +225,9 @@ def test_fit_with_n_samples_takes_steps_on_minus_iwae(n_components):
     assert np.mean(longer.energies[-5:]) < np.mean(longer.energies[:5])
     with pytest.raises(ValueError, match="kl_weight must be 1"):
         vae.fit(params, x, key=key, optimizer=optax.sgd(lr), n_epochs=1, batch_size=4, n_samples=K, kl_weight=0.5)
+
+
+def test_loss_names_the_shape_eps_must_have():
+    params = vae.init_params(4, 2, 3, key=jax.random.key(0))
+    with pytest.raises(ValueError, match=r"eps must have shape \(5, 2\); got \(5, 3\)"):
+        vae.loss(params, jnp.zeros((5, 4)), jnp.zeros((5, 3)))
