@@ -647,8 +647,8 @@ MUTANTS: tuple[Mutant, ...] = (
     M(
         "mixture_pc_rounds_one_fewer",
         "mixture_pc",
-        "    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(n_steps))",
-        "    (p, _, mu), (inf, lrn) = jax.lax.scan(round_, (params, state, mu0), jnp.arange(n_steps - 1))",
+        "        n_rounds=n_steps,",
+        "        n_rounds=n_steps - 1,",
         "learning runs n_steps - 1 rounds",
     ),
     M(
@@ -682,15 +682,15 @@ MUTANTS: tuple[Mutant, ...] = (
     M(
         "slot_attention_e_steps_one_fewer",
         "slot_attention",
-        "        m_new, tr = jax.lax.scan(estep, m, None, length=n_e_steps)",
-        "        m_new, tr = jax.lax.scan(estep, m, None, length=n_e_steps - 1)",
+        "    m_new, tr = jax.lax.scan(estep, m, None, length=n_e_steps)",
+        "    m_new, tr = jax.lax.scan(estep, m, None, length=n_e_steps - 1)",
         "EM rounds run n_e_steps - 1 E-steps",
     ),
     M(
         "slot_attention_em_rounds_one_fewer",
         "slot_attention",
-        "    (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_steps))",
-        "    (p, m), out = jax.lax.scan(body, (params, mu), jnp.arange(n_steps - 1))",
+        "        n_rounds=int(n_steps),",
+        "        n_rounds=int(n_steps) - 1,",
         "EM runs n_steps - 1 rounds",
     ),
     M(
