@@ -92,19 +92,23 @@ def _kernel_env(session):
 
 @nox.session
 def book(session):
-    """Execute every chapter and render the HTML book into _build/html."""
+    """Execute the chapters changed since the last build and render the HTML book into _build/html."""
     _install_locked(session)
     # Progress bars off while the book is built: tqdm would store a widget that the
     # static page cannot run (a reader's own Jupyter still shows them).
     # LSE_CHECK_FIGURES: every figure's text is checked after each cell (lse_energy.plotting);
     # a problem is written to the cell's stderr, which the page check below finds.
     env = {**_kernel_env(session), **FAST_COMPILE, "TQDM_DISABLE": "1", "LSE_CHECK_FIGURES": "1"}
-    # The notebooks run two at a time into an emptied jupyter-cache (tools/execute_book.py),
-    # then the build takes their outputs from it (execute_notebooks: cache, in a copy of
-    # _config.yml); one kernel at a time left one of the two cores idle for most of the build.
-    # A notebook missing from the cache is executed, and reported, by the build itself.
+    # The notebooks run two at a time into a jupyter-cache (tools/execute_book.py), then the
+    # build takes their outputs from it (execute_notebooks: cache, in a copy of _config.yml);
+    # one kernel at a time left one of the two cores idle for most of the build. The cache keeps
+    # a notebook's outputs while its code, the package, book/'s other files, the lock and the
+    # kernel's flags are unchanged, so a second build executes only what changed;
+    # `nox -s book -- --force` executes every notebook again. A notebook missing from the cache
+    # is executed, and reported, by the build itself.
     cache = ROOT / "_build" / ".jupyter_cache"
-    session.run("python", "tools/execute_book.py", str(cache), env=env)
+    force = ["--force"] if "--force" in session.posargs else []
+    session.run("python", "tools/execute_book.py", str(cache), *force, env=env)
     config = pathlib.Path(session.create_tmp()).resolve() / "_config_book.yml"
     session.run(
         "python",
