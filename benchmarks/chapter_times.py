@@ -63,14 +63,36 @@ def time_chapter(path: pathlib.Path, timeout: int = 600) -> dict:
     return dict(seconds=total, cells=cells)
 
 
+def machine_probe() -> float:
+    """Seconds for a fixed piece of NumPy and pure-Python work: how fast the machine is right now.
+
+    Timings on a shared machine move with its load (chapter times by up to 1.8x within an hour on
+    the project's 2-core machine). The probe is taken before each chapter, so that runs can be
+    compared: about 0.28 s on that machine idle, 0.9-1.6 s with two busy processes beside it.
+    """
+    import numpy as np
+
+    a = np.random.default_rng(0).random((500, 500))
+    t0 = time.perf_counter()
+    for _ in range(60):
+        a = a @ a
+        a /= np.abs(a).max()
+    sum(i * i for i in range(3_000_000))
+    return time.perf_counter() - t0
+
+
 def cold_warm(paths, out: pathlib.Path) -> int:
     """Each chapter on an empty cache, then again at once on the cache it filled: a side-by-side pair."""
     import shutil
     import tempfile
 
     rows = {}
-    print(f"{'chapter':40s} {'cold s':>7s} {'warm s':>7s} {'warm/cold':>9s}  warm <= {WARM_CHAPTER_S:.0f} s")
+    print(
+        f"{'chapter':40s} {'cold s':>7s} {'warm s':>7s} {'warm/cold':>9s}  warm <= {WARM_CHAPTER_S:.0f} s"
+        f"  {'probe s':>7s}"
+    )
     for p in paths:
+        probe = machine_probe()
         d = tempfile.mkdtemp(prefix="lse-jax-cache-")
         os.environ["LSE_JAX_CACHE"] = d  # the kernels inherit it; their first cell enables it
         os.environ["JAX_COMPILATION_CACHE_DIR"] = d
@@ -79,15 +101,17 @@ def cold_warm(paths, out: pathlib.Path) -> int:
             cold, warm = time_chapter(p)["seconds"], time_chapter(p)["seconds"]
         finally:
             shutil.rmtree(d, ignore_errors=True)
-        rows[p.stem] = dict(cold=cold, warm=warm)
+        rows[p.stem] = dict(cold=cold, warm=warm, probe=probe)
         ok = "yes" if warm <= WARM_CHAPTER_S else "NO"
-        print(f"{p.stem:40s} {cold:7.1f} {warm:7.1f} {warm / cold:9.2f}  {ok}", flush=True)
+        print(f"{p.stem:40s} {cold:7.1f} {warm:7.1f} {warm / cold:9.2f}  {ok:>13s}  {probe:7.2f}", flush=True)
     cold_total = sum(r["cold"] for r in rows.values())
     warm_total = sum(r["warm"] for r in rows.values())
     print(
         f"{'all chapters':40s} {cold_total:7.1f} {warm_total:7.1f} {warm_total / cold_total:9.2f}  "
         f"total <= {WARM_TOTAL_S:.0f} s: {'yes' if warm_total <= WARM_TOTAL_S else 'NO'}"
     )
+    probes = [r["probe"] for r in rows.values()]
+    print(f"machine probe: {min(probes):.2f} to {max(probes):.2f} s (the same work; larger is a slower machine)")
     flags = os.environ.get("XLA_FLAGS", "") or "(XLA defaults)"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(dict(xla_flags=flags, cold_warm=rows, load_after=os.getloadavg()[0]), indent=1) + "\n")
