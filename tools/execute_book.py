@@ -65,7 +65,7 @@ def source_key(root: pathlib.Path = ROOT, environ: dict | None = None) -> str:
             p
             for p in (root / tree).rglob("*")
             if p.is_file()
-            and p.suffix not in (".ipynb", ".pyc")
+            and p.suffix != ".ipynb"
             and not any(part.startswith((".", "_build", "__pycache__")) for part in p.relative_to(root).parts)
         ]
     for path in sorted(files):
